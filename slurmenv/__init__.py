@@ -1,0 +1,57 @@
+"""slurmenv: the environment distributed training expects, from a Slurm job step.
+
+>>> import slurmenv
+>>> r = slurmenv.resolve()          # a pure function of os.environ (or a mapping you pass)
+>>> r.rank, r.world_size, r.master_addr, r.master_port
+>>> r.apply()                       # set RANK, ..., TF_CONFIG in os.environ (keeps user values)
+
+Command line: ``srun bash -c 'eval $(slurmenv export); python train.py'``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from .errors import SlurmEnvError
+from .options import Options
+from .resolution import OUTPUTS, Resolution
+
+__all__ = ["OUTPUTS", "Options", "Resolution", "SlurmEnvError", "__version__", "resolve"]
+__version__ = "0.1.0"
+
+_AUTO = object()
+
+
+def resolve(
+    environ: Mapping[str, str] | None = None,
+    *,
+    port: int | None = None,
+    port_range: tuple[int, int] | str | None = None,
+    addr_template: str | None = None,
+    resolve_addr: bool | None = None,
+    tf_chief: bool | None = None,
+    ephemeral_range: tuple[int, int] | None | object = _AUTO,
+) -> Resolution:
+    """Resolve this task's distributed environment from ``environ`` (default ``os.environ``).
+
+    Nothing is changed: the result is an immutable :class:`Resolution`. Keyword options
+    override the ``SLURMENV_*`` variables (see :class:`Options`). ``ephemeral_range`` is this
+    node's ephemeral port range, read from ``/proc`` unless given (``None`` skips the check).
+
+    Raises :class:`SlurmEnvError` naming the variable at fault when the environment is wrong
+    (for example in a batch script outside ``srun``, where every task would get rank 0).
+    """
+    from . import launchers, options, ports
+
+    env = os.environ if environ is None else environ
+    opts = options.from_environ(
+        env,
+        port=port,
+        port_range=port_range,
+        addr_template=addr_template,
+        resolve_addr=resolve_addr,
+        tf_chief=tf_chief,
+    )
+    ephemeral = ports.ephemeral_range() if ephemeral_range is _AUTO else ephemeral_range
+    return launchers.resolve(env, opts, ephemeral)  # type: ignore[arg-type]

@@ -1,0 +1,73 @@
+"""The one exception slurmenv raises: it names the variable, its value and the fix."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+_MAX_SHOWN = 200
+
+
+def _shorten(value: str) -> str:
+    if len(value) <= _MAX_SHOWN:
+        return value
+    return f"{value[:_MAX_SHOWN]}... ({len(value)} characters)"
+
+
+class SlurmEnvError(Exception):
+    """Resolution failed: nothing was (or may be) exported.
+
+    ``variable`` is the environment variable (or option) at fault, ``value`` what it held
+    (``None`` when it was missing) and ``fix`` one sentence telling the user what to do.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        variable: str | None = None,
+        value: str | None = None,
+        fix: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.variable = variable
+        self.value = value
+        self.fix = fix
+
+    def __str__(self) -> str:
+        lines = [self.message]
+        if self.variable is not None:
+            shown = "(unset)" if self.value is None else repr(_shorten(self.value))
+            lines.append(f"  variable: {self.variable}={shown}")
+        if self.fix:
+            lines.append(f"  fix: {self.fix}")
+        return "\n".join(lines)
+
+
+def require(environ: Mapping[str, str], name: str, fix: str) -> str:
+    """Return ``environ[name]`` or raise a SlurmEnvError that says it is missing."""
+    value = environ.get(name)
+    if value is None or value == "":
+        raise SlurmEnvError(f"{name} is not set", variable=name, value=value, fix=fix)
+    return str(value)
+
+
+def parse_int(name: str, value: str, *, minimum: int = 0, fix: str | None = None) -> int:
+    """Parse a non-negative decimal integer from an environment variable."""
+    text = value.strip()
+    if not text.isdigit() or not text.isascii():
+        raise SlurmEnvError(
+            f"{name} is not a whole number",
+            variable=name,
+            value=value,
+            fix=fix or f"{name} must be a decimal integer as Slurm writes it",
+        )
+    number = int(text)
+    if number < minimum:
+        raise SlurmEnvError(
+            f"{name} must be at least {minimum}",
+            variable=name,
+            value=value,
+            fix=fix or f"{name} must be a decimal integer >= {minimum}",
+        )
+    return number

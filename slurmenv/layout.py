@@ -1,0 +1,162 @@
+"""Who runs where: the rank → (node, local rank) map of a Slurm step.
+
+Slurm lays tasks out over the step's nodes (``slurm_step_layout.c``):
+
+* ``block``: consecutive ranks fill a node before the next one;
+* ``cyclic``: one rank per node in turn, skipping nodes that are full;
+* ``plane=P``: like cyclic, in chunks of ``P`` consecutive ranks;
+* ``arbitrary``: rank ``r`` runs on the host named on line ``r`` of ``SLURM_HOSTFILE``.
+
+With ``SLURM_DISTRIBUTION`` unset Slurm uses block when there are more tasks than nodes, and
+cyclic otherwise (one task per node, where the two agree).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+from .errors import SlurmEnvError
+
+
+class Distribution(NamedTuple):
+    """How tasks are spread over nodes: ``kind`` is block, cyclic, plane or arbitrary."""
+
+    kind: str
+    plane_size: int = 0
+    source: str = "default"
+
+
+class Placement(NamedTuple):
+    """The whole step's layout: ``node_of[r]`` and ``local_of[r]`` for every rank ``r``."""
+
+    node_of: list[int]
+    local_of: list[int]
+
+    def ranks_on(self, node: int) -> list[int]:
+        """The ranks placed on node index ``node``, in local-rank order."""
+        return [rank for rank, n in enumerate(self.node_of) if n == node]
+
+
+class UnknownLayout(NamedTuple):
+    """The layout cannot be known from the environment; ``reason`` says why."""
+
+    reason: str
+
+
+def parse_distribution(environ: Mapping[str, str]) -> Distribution | UnknownLayout:
+    """Read ``SLURM_DISTRIBUTION`` (and ``SLURM_DIST_PLANESIZE``) into a Distribution."""
+    get = environ.get
+    raw = get("SLURM_DISTRIBUTION")
+    if not raw:
+        return Distribution("default")
+    # "block:cyclic,pack": the node level is the part before ':' and before ','.
+    kind = raw.split(",")[0].split(":")[0].strip()
+    source = f"SLURM_DISTRIBUTION={raw}"
+    plane_size = 0
+    if kind.startswith("plane"):
+        size = kind.partition("=")[2] or get("SLURM_DIST_PLANESIZE", "")
+        if not size.isdigit() or int(size) < 1:
+            raise SlurmEnvError(
+                "plane distribution without a valid plane size",
+                variable="SLURM_DIST_PLANESIZE",
+                value=get("SLURM_DIST_PLANESIZE"),
+                fix="Slurm sets it with -m plane=N; set it to N if you build the environment by hand",
+            )
+        kind, plane_size = "plane", int(size)
+    if kind in ("", "*"):
+        return Distribution("default", 0, source)
+    if kind not in ("block", "cyclic", "plane", "arbitrary"):
+        return UnknownLayout(f"unknown node distribution {kind!r} in {source}")
+    return Distribution(kind, plane_size, source)
+
+
+def _round_robin(counts: Sequence[int], chunk: int) -> Placement:
+    """Plane layout: in each round every node not yet full takes up to ``chunk`` ranks."""
+    ntasks = sum(counts)
+    node_of = [0] * ntasks
+    local_of = [0] * ntasks
+    filled = [0] * len(counts)
+    open_nodes = [i for i, c in enumerate(counts) if c > 0]
+    rank = 0
+    while open_nodes:
+        still_open = []
+        for node in open_nodes:
+            take = min(chunk, counts[node] - filled[node])
+            base = filled[node]
+            for k in range(take):
+                node_of[rank] = node
+                local_of[rank] = base + k
+                rank += 1
+            filled[node] = base + take
+            if filled[node] < counts[node]:
+                still_open.append(node)
+        open_nodes = still_open
+    return Placement(node_of, local_of)
+
+
+def _block(counts: Sequence[int]) -> Placement:
+    node_of: list[int] = []
+    local_of: list[int] = []
+    for node, count in enumerate(counts):
+        node_of.extend([node] * count)
+        local_of.extend(range(count))
+    return Placement(node_of, local_of)
+
+
+def place(
+    counts: Sequence[int],
+    distribution: Distribution,
+    hosts: Sequence[str] | None = None,
+    hostfile: Sequence[str] | None = None,
+) -> Placement:
+    """Compute the rank → (node index, local rank) map for a step.
+
+    ``counts[i]`` is the number of tasks on node ``i``. For ``arbitrary``, ``hostfile`` is the
+    expanded ``SLURM_HOSTFILE`` (one host per rank) and ``hosts`` the step's node list.
+    """
+    kind = distribution.kind
+    if kind == "default":
+        kind = "block" if sum(counts) > len(counts) else "cyclic"
+    if kind == "block":
+        return _block(counts)
+    if kind == "cyclic":
+        return _round_robin(counts, 1)
+    if kind == "plane":
+        return _round_robin(counts, distribution.plane_size)
+    assert kind == "arbitrary" and hosts is not None and hostfile is not None
+    return _arbitrary(counts, hosts, hostfile)
+
+
+def _arbitrary(counts: Sequence[int], hosts: Sequence[str], hostfile: Sequence[str]) -> Placement:
+    ntasks = sum(counts)
+    index: dict[str, int] = {}
+    for i, host in enumerate(hosts):
+        index.setdefault(host, i)
+    if len(hostfile) < ntasks:
+        raise SlurmEnvError(
+            f"SLURM_HOSTFILE names {len(hostfile)} hosts for {ntasks} tasks",
+            variable="SLURM_HOSTFILE",
+            fix="with -m arbitrary the host file needs one line per task",
+        )
+    node_of = []
+    local_of = []
+    used = [0] * len(hosts)
+    for rank in range(ntasks):
+        node = index.get(hostfile[rank])
+        if node is None:
+            raise SlurmEnvError(
+                f"SLURM_HOSTFILE line {rank + 1} names {hostfile[rank]!r}, not a node of this step",
+                variable="SLURM_HOSTFILE",
+                fix="the host file must only name nodes of the step (SLURM_STEP_NODELIST)",
+            )
+        node_of.append(node)
+        local_of.append(used[node])
+        used[node] += 1
+    if list(used) != list(counts):
+        raise SlurmEnvError(
+            "SLURM_HOSTFILE does not match SLURM_STEP_TASKS_PER_NODE",
+            variable="SLURM_HOSTFILE",
+            fix="the host file must be the one this step was started with",
+        )
+    return Placement(node_of, local_of)

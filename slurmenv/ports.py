@@ -1,0 +1,117 @@
+"""Ports: ``MASTER_PORT`` and one TensorFlow port per task on a node, from job and step IDs.
+
+The formula (documented in the README):
+
+* the port range ``LO-HI`` (default ``10000-32767``, option ``--port-range`` or
+  ``SLURMENV_PORT_RANGE``) lies below the kernel's ephemeral range (32768-60999 by default);
+* it is cut into ``JOB_SLOTS`` = 1000 job blocks of ``W = (HI - LO + 1) // 1000`` ports
+  (22 by default); job ``J`` owns block ``J mod 1000``, so jobs whose IDs differ by less than
+  1000 never share a port;
+* step ``S`` of the job uses offset ``S mod W`` of the block as ``MASTER_PORT`` and the next
+  ``T`` offsets (wrapping inside the block) as the TensorFlow ports of its ``T`` tasks per node.
+  Concurrent steps never share ``MASTER_PORT`` unless their IDs differ by a multiple of ``W``.
+
+When Slurm reserved ports for the step (``SLURM_STEP_RESV_PORTS``, from ``--resv-ports`` or
+``MpiParams=ports=``) those are used instead: the first is ``MASTER_PORT``, the next ones the
+TensorFlow ports. An explicit port (``--port``, ``SLURMENV_PORT`` or ``MASTER_PORT``) wins.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .errors import SlurmEnvError
+
+JOB_SLOTS = 1000
+DEFAULT_RANGE = (10000, 32767)
+EPHEMERAL_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+RANGE_FIX = "give a range like '10000-32767' (SLURMENV_PORT_RANGE or --port-range) of at least " \
+    f"{2 * JOB_SLOTS} ports between 1024 and the start of the ephemeral range"
+
+
+class Ports(NamedTuple):
+    """The step's ``MASTER_PORT`` and the TensorFlow port of each local rank, with their origin."""
+
+    master: int
+    tf: list[int]
+    source: str
+
+
+def parse_range(text: str, variable: str) -> tuple[int, int]:
+    """Parse ``LO-HI`` into a checked port range."""
+    lo_text, dash, hi_text = text.strip().partition("-")
+    if not (dash and lo_text.isdigit() and hi_text.isdigit()):
+        raise SlurmEnvError("port range must be LO-HI", variable=variable, value=text, fix=RANGE_FIX)
+    lo, hi = int(lo_text), int(hi_text)
+    if lo < 1024 or hi > 65535 or hi - lo + 1 < 2 * JOB_SLOTS:
+        raise SlurmEnvError(
+            f"port range {lo}-{hi} is outside 1024-65535 or smaller than {2 * JOB_SLOTS} ports",
+            variable=variable,
+            value=text,
+            fix=RANGE_FIX,
+        )
+    return lo, hi
+
+
+def parse_port(text: str, variable: str) -> int:
+    """Parse one TCP port number (1024-65535)."""
+    if not text.strip().isdigit() or not 1024 <= int(text) <= 65535:
+        raise SlurmEnvError(
+            "not a usable TCP port",
+            variable=variable,
+            value=text,
+            fix="use a port number between 1024 and 65535 (or unset it to let slurmenv choose)",
+        )
+    return int(text)
+
+
+def parse_port_list(text: str, variable: str) -> list[int]:
+    """Parse Slurm's port list (``12000-12003`` or ``12000,12002-12003``)."""
+    ports: list[int] = []
+    for part in text.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()):
+            raise SlurmEnvError(
+                "not a Slurm port list",
+                variable=variable,
+                value=text,
+                fix="it must look like '12000-12003' or '12000,12005'",
+            )
+        ports.extend(range(int(lo), int(hi or lo) + 1))
+    return ports
+
+
+def block_ports(job_id: int, step_id: int, port_range: tuple[int, int], tasks_here: int) -> Ports:
+    """The formula: job block ``job_id % 1000``, offset ``step_id % W`` inside it."""
+    lo, hi = port_range
+    width = (hi - lo + 1) // JOB_SLOTS
+    base = lo + (job_id % JOB_SLOTS) * width
+    offset = step_id % width
+    tf = [base + (offset + 1 + k) % width for k in range(min(tasks_here, width - 1))]
+    source = (
+        f"port range {lo}-{hi}: job block {job_id} % {JOB_SLOTS} = {job_id % JOB_SLOTS} of "
+        f"{width} ports starting at {base}, step {step_id} -> offset {offset}"
+    )
+    return Ports(base + offset, tf, source)
+
+
+def ephemeral_range(path: str = EPHEMERAL_FILE) -> tuple[int, int] | None:
+    """This node's ephemeral port range, or None where the kernel does not say."""
+    try:
+        with open(path, encoding="ascii") as handle:
+            lo, hi = handle.read().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return None
+
+
+def check_outside(port: int, ephemeral: tuple[int, int] | None, what: str) -> None:
+    """Refuse a port inside the ephemeral range: an outgoing connection may take it any time."""
+    if ephemeral and ephemeral[0] <= port <= ephemeral[1]:
+        raise SlurmEnvError(
+            f"{what} {port} is inside this node's ephemeral port range {ephemeral[0]}-{ephemeral[1]}"
+            " (any outgoing connection may take it)",
+            variable="net.ipv4.ip_local_port_range",
+            value=f"{ephemeral[0]} {ephemeral[1]}",
+            fix="choose ports below the ephemeral range with SLURMENV_PORT_RANGE or --port-range",
+        )

@@ -1,0 +1,231 @@
+"""The result of a resolution: an immutable, typed view of one task's distributed environment."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Callable
+
+from . import tfconfig
+from .errors import SlurmEnvError
+
+#: What ``env()`` emits for each ``for_`` choice, in output order.
+TORCH_NAMES = (
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
+    "NNODES", "MASTER_ADDR", "MASTER_PORT",
+)
+TF_NAMES = ("TF_CONFIG",)
+OUTPUTS = {"torch": TORCH_NAMES, "tf": TF_NAMES, "all": TORCH_NAMES + TF_NAMES}
+
+
+class Topology:
+    """The parts of a resolution that need the whole step's layout, computed on first use.
+
+    Launchers subclass it; the base class knows nothing beyond this task.
+    """
+
+    def hosts(self) -> Sequence[str]:
+        """Node names of the step in node-index order."""
+        raise SlurmEnvError("this launcher does not tell the step's node list")
+
+    def node_of(self) -> Sequence[int]:
+        """Node index of every rank."""
+        raise SlurmEnvError("this launcher does not tell where each rank runs")
+
+    def local_of(self) -> Sequence[int]:
+        """Local rank of every rank."""
+        raise SlurmEnvError("this launcher does not tell where each rank runs")
+
+    def tf_workers(self) -> list[str]:
+        """``host:port`` of every rank, in rank order (TensorFlow's worker list)."""
+        raise SlurmEnvError(
+            "TF_CONFIG cannot be built: this launcher does not tell where each rank runs",
+            fix="launch one task per process with srun so slurmenv sees the whole step",
+        )
+
+
+class Resolution:
+    """What one task needs to join its distributed job (see ``slurmenv.resolve``).
+
+    Attributes are read-only. ``sources`` maps each output variable to a sentence saying which
+    input variables it came from; ``notes`` are remarks worth showing a user (overrides taken,
+    values inherited from another launcher).
+    """
+
+    __slots__ = (
+        "_cache",
+        "_topology",
+        "hostname",
+        "job_id",
+        "launcher",
+        "local_rank",
+        "local_world_size",
+        "master_addr",
+        "master_port",
+        "nnodes",
+        "node_rank",
+        "notes",
+        "rank",
+        "sources",
+        "step_id",
+        "tf_chief",
+        "world_size",
+    )
+
+    launcher: str
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    node_rank: int
+    nnodes: int
+    master_addr: str
+    master_port: int
+    hostname: str
+    job_id: str | None
+    step_id: str | None
+    sources: Mapping[str, str]
+    notes: tuple[str, ...]
+    tf_chief: bool
+    _topology: Topology
+    _cache: dict[str, Any]
+
+    def __init__(
+        self,
+        *,
+        launcher: str,
+        rank: int,
+        local_rank: int,
+        world_size: int,
+        local_world_size: int,
+        node_rank: int,
+        nnodes: int,
+        master_addr: str,
+        master_port: int,
+        hostname: str,
+        job_id: str | None = None,
+        step_id: str | None = None,
+        sources: Mapping[str, str] | None = None,
+        notes: Sequence[str] = (),
+        tf_chief: bool = False,
+        topology: Topology | None = None,
+        tf_config: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
+        values = {
+            "launcher": launcher, "rank": rank, "local_rank": local_rank, "world_size": world_size,
+            "local_world_size": local_world_size, "node_rank": node_rank, "nnodes": nnodes,
+            "master_addr": master_addr, "master_port": master_port, "hostname": hostname,
+            "job_id": job_id, "step_id": step_id, "sources": MappingProxyType(dict(sources or {})),
+            "notes": tuple(notes), "tf_chief": tf_chief, "_topology": topology or Topology(),
+            "_cache": {} if tf_config is None else {"tf_config_fn": tf_config},
+        }
+        for key, value in values.items():
+            object.__setattr__(self, key, value)
+
+    def __setattr__(self, key: str, value: object) -> None:
+        raise AttributeError(f"Resolution is immutable (tried to set {key})")
+
+    def __repr__(self) -> str:
+        return (
+            f"Resolution(launcher={self.launcher!r}, rank={self.rank}, world_size={self.world_size}, "
+            f"local_rank={self.local_rank}, master={self.master_addr}:{self.master_port})"
+        )
+
+    @property
+    def is_chief(self) -> bool:
+        """True on rank 0: the task that should write checkpoints and logs."""
+        return self.rank == 0
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """The step's node names in node-index order (expanded on first use)."""
+        return tuple(self._cached("hosts", self._topology.hosts))
+
+    @property
+    def node_of(self) -> tuple[int, ...]:
+        """Node index of every rank of the step."""
+        return tuple(self._cached("node_of", self._topology.node_of))
+
+    @property
+    def local_of(self) -> tuple[int, ...]:
+        """Local rank of every rank of the step."""
+        return tuple(self._cached("local_of", self._topology.local_of))
+
+    @property
+    def tf_config(self) -> dict[str, Any]:
+        """TensorFlow's ``TF_CONFIG`` as a dict (no size limit: use it in-process)."""
+        fn = self._cache.get("tf_config_fn")
+        if fn is not None:
+            return fn()  # type: ignore[no-any-return]
+        workers = self._cached("tf_workers", self._topology.tf_workers)
+        return tfconfig.build(workers, self.rank, self.tf_chief)
+
+    def _cached(self, key: str, compute: Callable[[], Any]) -> Any:
+        if key not in self._cache:
+            self._cache[key] = compute()
+        return self._cache[key]
+
+    def env(self, for_: str = "all") -> dict[str, str]:
+        """The variables to export, as strings: ``for_`` is ``"torch"``, ``"tf"`` or ``"all"``.
+
+        Raises SlurmEnvError if any of them cannot be computed (then nothing should be set).
+        """
+        if for_ not in OUTPUTS:
+            raise SlurmEnvError(
+                f"unknown output set {for_!r}", variable="--for", value=for_,
+                fix="use torch, tf or all",
+            )
+        values = {
+            "RANK": self.rank, "LOCAL_RANK": self.local_rank, "WORLD_SIZE": self.world_size,
+            "LOCAL_WORLD_SIZE": self.local_world_size, "NODE_RANK": self.node_rank,
+            "GROUP_RANK": self.node_rank, "NNODES": self.nnodes,
+            "MASTER_ADDR": self.master_addr, "MASTER_PORT": self.master_port,
+        }
+        out: dict[str, str] = {}
+        for name in OUTPUTS[for_]:
+            if name == "TF_CONFIG":
+                out[name] = tfconfig.dumps(self.tf_config)
+            else:
+                out[name] = str(values[name])
+        return out
+
+    def apply(
+        self,
+        environ: os._Environ[str] | dict[str, str] | None = None,
+        *,
+        overwrite: bool = False,
+        for_: str = "all",
+    ) -> dict[str, str]:
+        """Set the variables in ``environ`` (default ``os.environ``); return what was set.
+
+        A variable the user already set to a different value is kept unless ``overwrite``;
+        nothing at all is set if any value cannot be computed.
+        """
+        target = os.environ if environ is None else environ
+        values = self.env(for_)
+        applied = {}
+        for name, value in values.items():
+            if overwrite or target.get(name) in (None, value):
+                target[name] = value
+                applied[name] = value
+        return applied
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary of this task's resolution (TF_CONFIG included if computable)."""
+        data: dict[str, Any] = {
+            name: getattr(self, name)
+            for name in (
+                "launcher", "rank", "local_rank", "world_size", "local_world_size", "node_rank",
+                "nnodes", "master_addr", "master_port", "hostname", "job_id", "step_id",
+                "is_chief",
+            )
+        }
+        data["sources"] = dict(self.sources)
+        data["notes"] = list(self.notes)
+        try:
+            data["tf_config"] = self.tf_config
+        except SlurmEnvError as exc:
+            data["tf_config"] = None
+            data["tf_config_error"] = str(exc)
+        return data

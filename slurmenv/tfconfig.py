@@ -1,0 +1,44 @@
+"""TensorFlow's ``TF_CONFIG``: the worker list in rank order and this task's place in it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import SlurmEnvError
+
+# Linux refuses to exec with one environment string over MAX_ARG_STRLEN (128 KiB), counting
+# "TF_CONFIG=" and the terminating NUL.
+MAX_ARG_STRLEN = 128 * 1024
+MAX_VALUE = MAX_ARG_STRLEN - len("TF_CONFIG=") - 1
+
+
+def build(workers: Sequence[str], rank: int, chief: bool = False) -> dict[str, Any]:
+    """``{"cluster": {"worker": [...]}, "task": {"type": "worker", "index": rank}}``.
+
+    ``workers[r]`` is ``host:port`` of rank ``r``. With ``chief``, rank 0 becomes the single
+    ``chief`` and the others are workers 0..n-2.
+    """
+    if not chief:
+        return {"cluster": {"worker": list(workers)}, "task": {"type": "worker", "index": rank}}
+    cluster = {"chief": [workers[0]], "worker": list(workers[1:])}
+    if not cluster["worker"]:
+        del cluster["worker"]
+    task = {"type": "chief", "index": 0} if rank == 0 else {"type": "worker", "index": rank - 1}
+    return {"cluster": cluster, "task": task}
+
+
+def dumps(config: dict[str, Any], check_size: bool = True) -> str:
+    """Compact JSON; refuses a value that no process could be started with."""
+    text = json.dumps(config, separators=(",", ":"))
+    if check_size and len(text) > MAX_VALUE:
+        raise SlurmEnvError(
+            f"TF_CONFIG would be {len(text)} bytes, over Linux's {MAX_ARG_STRLEN}-byte limit for "
+            "one environment variable: every program started with it would fail",
+            variable="TF_CONFIG",
+            value=text,
+            fix="build the resolver in Python instead (slurmenv.tf.cluster_resolver() or "
+            "slurmenv.resolve().tf_config), or export without it: slurmenv export --for torch",
+        )
+    return text

@@ -1,0 +1,523 @@
+"""Start a real multi-node Slurm cluster on this one machine, for tests.
+
+Every node is a network namespace of its own running one ``slurmd``; ``slurmctld``
+runs in a controller namespace that also holds a bridge with a veth pair to each
+node.  The subnet exists only inside those namespaces, so nothing ever talks to the
+outside network, and several clusters (several test runs) can live side by side:
+every namespace name carries a prefix made of this process's PID and a counter
+(``se<pid>x<n>``).  Interface names live inside the namespaces and need no prefix.
+
+Each daemon, and each command run through :meth:`SlurmCluster.run`, gets its own UTS
+and mount namespace (``unshare``) where the hostname is the node's name and
+``/etc/hosts`` is bind-mounted from a file listing the cluster's addresses.
+``nsenter`` is used rather than ``ip netns exec``: the latter remounts ``/sys`` and
+slurmd then dies ("No filesystem mounted on /sys/fs/cgroup").
+
+Slurm runs without munge (``AuthType=auth/none``) as root, so this needs root.
+Typical use::
+
+    with SlurmCluster() as cluster:
+        res = cluster.srun(["-N4", "-n8"], ["hostname"])
+        assert res.per_task[0] == ["r1n09"]
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# two bracket groups, zero padding, crossing a digit boundary: r1n[09-10],r2n[09-10]
+DEFAULT_NODES = ("r1n09", "r1n10", "r2n09", "r2n10")
+CONTROLLER = "slurmctl"  # hostname of the controller inside its namespace
+SUBNET = "10.213.0"  # a /24 that exists only inside each cluster's own namespaces
+SLURM_PACKAGES = ("slurmctld", "slurmd", "slurm-client")
+_ENV_DROP = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")  # never leak into our commands
+_OURS = re.compile(r"^se(\d+)x(\d+)(c|n\d+)$")  # the namespace names we create
+_LABEL = re.compile(r"^\s*(\d+): ?(.*)$")  # srun --label prefix, space-padded
+_counter = itertools.count()
+_live: set[SlurmCluster] = set()  # started, not yet stopped (for the SIGTERM handler)
+
+
+class SlurmUnavailable(RuntimeError):
+    """This machine cannot host a cluster: not root, tools missing, no netns."""
+
+
+class SlurmStartError(RuntimeError):
+    """The daemons did not come up; the message carries the tails of their logs."""
+
+
+@dataclass
+class SrunResult:
+    """Output of ``srun --label``; ``per_task`` maps rank -> that task's lines."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    per_task: dict[int, list[str]] = field(default_factory=dict)
+
+    @property
+    def per_task_first(self) -> dict[int, str]:
+        """Rank -> first output line of that task."""
+        return {rank: lines[0] for rank, lines in self.per_task.items() if lines}
+
+    def per_task_env(self) -> dict[int, dict[str, str]]:
+        """Rank -> that task's ``KEY=VALUE`` lines as a dict (e.g. from ``env``)."""
+        return {
+            rank: dict(line.split("=", 1) for line in lines if "=" in line)
+            for rank, lines in self.per_task.items()
+        }
+
+
+@dataclass
+class BatchResult:
+    """A finished batch job: exit code and the content of its output files."""
+
+    job_id: int
+    returncode: int  # negative: killed by that signal
+    stdout: str
+    stderr: str
+
+
+def parse_labels(text: str) -> dict[int, list[str]]:
+    """Split ``srun --label`` output (``"N: line"``) into rank -> lines."""
+    per_task: dict[int, list[str]] = {}
+    for line in text.splitlines():
+        m = _LABEL.match(line)
+        if m:
+            per_task.setdefault(int(m.group(1)), []).append(m.group(2))
+    return dict(sorted(per_task.items()))
+
+
+def check_host_support() -> None:
+    """Raise :class:`SlurmUnavailable` if this machine cannot run a cluster."""
+    if os.geteuid() != 0:
+        raise SlurmUnavailable("a real Slurm cluster needs root (netns, auth/none)")
+    tools = ("ip", "nsenter", "unshare", "mknod", "mount")
+    missing = [t for t in tools if shutil.which(t) is None]
+    if missing:
+        raise SlurmUnavailable(f"missing tools: {', '.join(missing)}")
+
+
+def ensure_slurm_installed() -> None:
+    """Install the Debian Slurm packages if the daemons or ``srun`` are missing."""
+    if all(shutil.which(b) for b in ("slurmctld", "slurmd", "srun")):
+        return
+    if shutil.which("apt-get") is None:
+        raise SlurmUnavailable("Slurm is not installed and apt-get is not available")
+    subprocess.run(
+        "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+        + " ".join(SLURM_PACKAGES),
+        shell=True,
+        check=True,
+    )
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
+
+
+def _netns_list() -> list[str]:
+    out = _ip("netns", "list", check=False).stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def _kill_netns(ns: str) -> None:
+    """SIGKILL every process still in namespace ``ns``, then delete it."""
+    for pid in _ip("netns", "pids", ns, check=False).stdout.split():
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    _ip("netns", "del", ns, check=False)
+
+
+def _is_leftover(ns: str, own_prefix: str) -> bool:
+    """Whether ``ns`` is one of our names, left by a run that no longer exists."""
+    m = _OURS.match(ns)
+    if not m:
+        return False  # not ours: never touch
+    if ns == own_prefix + m.group(3):
+        return True  # our own name: a dead run whose PID was recycled to us
+    pid = int(m.group(1))
+    if pid == os.getpid():
+        return False  # another cluster of this process
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True  # its owner is gone
+    except PermissionError:
+        pass
+    return False
+
+
+def _stop_all_on_sigterm() -> None:
+    """On SIGTERM (CI cancelling a run) stop our clusters, then die of SIGTERM.
+
+    atexit does not run when a signal kills the process.  Installed only if no one
+    else handles SIGTERM, and only from the main thread (where handlers live).
+    """
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        for cluster in list(_live):
+            cluster.stop()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"<{exc}>"
+
+
+class SlurmCluster:
+    """One slurmctld plus one slurmd per node, each in its own network namespace."""
+
+    def __init__(
+        self,
+        nodes: Sequence[str] = DEFAULT_NODES,
+        cpus_per_node: int = 8,
+        gpus_per_node: int = 0,
+        start_timeout: float = 60.0,
+    ) -> None:
+        if not 0 < len(nodes) <= 250:  # addresses .2 to .251
+            raise ValueError("between 1 and 250 nodes fit the /24 subnet")
+        self.nodes = list(nodes)
+        self.cpus_per_node = cpus_per_node
+        self.gpus_per_node = gpus_per_node
+        self.start_timeout = start_timeout
+        self.prefix = f"se{os.getpid()}x{next(_counter)}"
+        self.ctl_ns = f"{self.prefix}c"
+        self.node_ns = {node: f"{self.prefix}n{i}" for i, node in enumerate(nodes)}
+        self.addr = {CONTROLLER: f"{SUBNET}.1"}
+        self.addr.update({node: f"{SUBNET}.{i + 2}" for i, node in enumerate(nodes)})
+        self.tmp: Path | None = None  # set while running
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.start_seconds = 0.0  # how long start() took
+
+    def _dir(self, *parts: str) -> Path:
+        if self.tmp is None:
+            raise RuntimeError("the cluster is not running")
+        return self.tmp.joinpath(*parts)
+
+    @property
+    def conf(self) -> Path:
+        """slurm.conf (``SLURM_CONF`` of every command run through :meth:`run`)."""
+        return self._dir("etc", "slurm.conf")
+
+    @property
+    def hosts(self) -> Path:
+        """The hosts file bind-mounted on ``/etc/hosts`` for daemons and commands."""
+        return self._dir("etc", "hosts")
+
+    @property
+    def log_dir(self) -> Path:
+        return self._dir("log")
+
+    # -- lifecycle ------------------------------------------------------------------
+    def __enter__(self) -> SlurmCluster:  # noqa: PYI034 - no typing.Self before 3.11
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> SlurmCluster:
+        """Create namespaces and config, start the daemons, wait for idle nodes."""
+        if self.tmp is not None:
+            return self  # already running
+        check_host_support()
+        ensure_slurm_installed()
+        t0 = time.monotonic()
+        self._remove_leftovers()
+        self.tmp = Path(tempfile.mkdtemp(prefix=f"{self.prefix}-"))
+        atexit.register(self.stop)  # safety nets in case the caller never stops us
+        _live.add(self)
+        _stop_all_on_sigterm()
+        try:
+            self._make_network()
+            self._write_files()
+            conf = str(self.conf)
+            ctld = ["slurmctld", "-D", "-i", "-f", conf]
+            self._spawn("slurmctld", self.ctl_ns, CONTROLLER, ctld)
+            for node, ns in self.node_ns.items():
+                slurmd = ["slurmd", "-D", "-N", node, "-f", conf]
+                self._spawn(f"slurmd-{node}", ns, node, slurmd)
+            self._wait_idle()
+        except BaseException:
+            self.stop()
+            raise
+        self.start_seconds = time.monotonic() - t0
+        return self
+
+    def stop(self) -> None:
+        """Kill the daemons and all else in our namespaces; delete everything."""
+        for proc in self.procs.values():
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)  # each daemon leads its own group
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 5
+        for proc in self.procs.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+        self.procs.clear()
+        # slurmstepd, tasks and stray srun calls also live in our namespaces
+        existing = _netns_list()
+        for ns in [*self.node_ns.values(), self.ctl_ns]:
+            if ns in existing:
+                _kill_netns(ns)
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
+        atexit.unregister(self.stop)
+        _live.discard(self)
+
+    def _remove_leftovers(self) -> None:
+        """Delete namespaces and temp dirs of crashed runs (owner PID dead, or a
+        recycled PID giving our own prefix)."""
+        for ns in _netns_list():
+            if _is_leftover(ns, self.prefix):
+                _kill_netns(ns)
+        for d in Path(tempfile.gettempdir()).glob("se*x*-*"):
+            if d.is_dir() and _is_leftover(d.name.split("-")[0] + "c", self.prefix):
+                shutil.rmtree(d, ignore_errors=True)
+
+    def _make_network(self) -> None:
+        """Bridge br0 in the controller netns; eth0 in each node netns, veth to br0."""
+        try:
+            _ip("netns", "add", self.ctl_ns)
+        except subprocess.CalledProcessError as exc:
+            msg = f"cannot create a network namespace: {exc.stderr.strip()}"
+            raise SlurmUnavailable(msg) from exc
+        c = ("-n", self.ctl_ns)
+        _ip(*c, "link", "set", "lo", "up")
+        _ip(*c, "link", "add", "br0", "type", "bridge")
+        _ip(*c, "addr", "add", f"{self.addr[CONTROLLER]}/24", "dev", "br0")
+        _ip(*c, "link", "set", "br0", "up")
+        for i, (node, ns) in enumerate(self.node_ns.items()):
+            _ip("netns", "add", ns)
+            # the veth is created in the controller netns, its peer moved to the node's
+            veth = f"v{i}"
+            peer = ("peer", "name", "eth0", "netns", ns)
+            _ip(*c, "link", "add", veth, "type", "veth", *peer)
+            _ip(*c, "link", "set", veth, "master", "br0", "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+            _ip("-n", ns, "addr", "add", f"{self.addr[node]}/24", "dev", "eth0")
+            _ip("-n", ns, "link", "set", "eth0", "up")
+
+    def _write_files(self) -> None:
+        """slurm.conf, gres.conf, the hosts file, spool dirs, fake GPU devices."""
+        t = self._dir()
+        spools = [f"spool/{node}" for node in self.nodes]
+        for d in ("etc", "state", "run", "log", "dev", *spools):
+            (t / d).mkdir(parents=True, exist_ok=True)
+        hosts = "".join(f"{a} {h}\n" for h, a in self.addr.items())
+        self.hosts.write_text(f"127.0.0.1 localhost\n{hosts}")
+        gres = ""
+        if self.gpus_per_node:
+            last = self.gpus_per_node - 1
+            for i in range(self.gpus_per_node):  # the gres plugin wants char devices
+                dev = str(t / "dev" / f"nvidia{i}")
+                subprocess.run(["mknod", dev, "c", "1", "3"], check=True)
+            gres = f" Gres=gpu:{self.gpus_per_node}"
+            self._dir("etc", "gres.conf").write_text(
+                f"AutoDetect=off\nName=gpu File={t}/dev/nvidia[0-{last}]\n"
+            )
+        n = self.cpus_per_node
+        node_lines = "".join(
+            f"NodeName={node} NodeAddr={self.addr[node]} CPUs={n} Boards=1 "
+            f"SocketsPerBoard=1 CoresPerSocket={n} ThreadsPerCore=1 RealMemory=2000"
+            f"{gres} State=UNKNOWN\n"
+            for node in self.nodes
+        )
+        self.conf.write_text(f"""\
+ClusterName={self.prefix}
+SlurmctldHost={CONTROLLER}({self.addr[CONTROLLER]})
+# no munge: the whole cluster runs as root on one machine
+AuthType=auth/none
+CredType=cred/none
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation={t}/state
+SlurmdSpoolDir={t}/spool/%n
+SlurmctldPidFile={t}/run/slurmctld.pid
+SlurmdPidFile={t}/run/slurmd-%n.pid
+SlurmctldLogFile={t}/log/slurmctld.log
+SlurmdLogFile={t}/log/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+# node lines claim more CPUs than the machine has
+SlurmdParameters=config_overrides
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+MpiDefault=none
+# every step gets SLURM_STEP_RESV_PORTS (count: max tasks per node + 1)
+MpiParams=ports=12000-12999
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+KillWait=2
+InactiveLimit=0
+# heterogeneous jobs are started by backfill only: every second, not every 30 s
+SchedulerParameters=bf_interval=1
+GresTypes=gpu
+{node_lines}\
+PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+""")
+
+    def _wrap(self, ns: str, hostname: str, argv: Sequence[str]) -> list[str]:
+        """``argv`` run in netns ``ns`` with our hostname and hosts file."""
+        script = 'mount --bind "$1" /etc/hosts && hostname "$2" && shift 2 && exec "$@"'
+        return [
+            "nsenter", f"--net=/run/netns/{ns}", "unshare", "--uts", "--mount",
+            "sh", "-c", script, "sh", str(self.hosts), hostname, *argv,
+        ]  # fmt: skip
+
+    def _spawn(self, name: str, ns: str, hostname: str, argv: Sequence[str]) -> None:
+        # nsenter, unshare and sh all exec: the Popen pid ends up being the daemon
+        with (self.log_dir / f"{name}.out").open("wb") as out:  # errors before logging
+            self.procs[name] = subprocess.Popen(
+                self._wrap(ns, hostname, argv),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=self._env(),
+            )
+
+    def _wait_idle(self) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        states = ""
+        while time.monotonic() < deadline:
+            dead = [name for name, p in self.procs.items() if p.poll() is not None]
+            if dead:
+                raise SlurmStartError(f"daemon(s) exited: {dead}\n{self.logs()}")
+            res = self.run(["sinfo", "-h", "-N", "-o", "%N %t"], timeout=10)
+            states = res.stdout.strip()
+            got = dict(line.split() for line in states.splitlines() if line.strip())
+            if res.returncode == 0 and all(got.get(n) == "idle" for n in self.nodes):
+                return
+            time.sleep(0.2)
+        raise SlurmStartError(
+            f"nodes not idle after {self.start_timeout}s: {states!r}\n{self.logs()}"
+        )
+
+    def logs(self, lines: int = 25) -> str:
+        """The tails of all daemon logs, for error messages."""
+        if self.tmp is None:
+            return ""
+        return "\n".join(
+            f"==> {p.name} <==\n{_tail(p, lines)}"
+            for p in sorted(self.log_dir.iterdir())
+        )
+
+    # -- running commands -----------------------------------------------------------
+    def _env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
+        # the caller's environment without Slurm variables (pytest may run in a job)
+        base = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_DROP)}
+        base["SLURM_CONF"] = str(self.conf)
+        base.update(env or {})
+        return base
+
+    def run(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        timeout: float = 60.0,
+        input: str | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` (srun, sbatch, sinfo, ``bash -c``...) as if on the controller.
+
+        The caller's environment is inherited (tasks find python3 and the project:
+        they run on this same filesystem), plus ``SLURM_CONF`` and ``env``.
+        """
+        return subprocess.run(
+            self._wrap(self.ctl_ns, CONTROLLER, argv),
+            env=self._env(env),
+            timeout=timeout,
+            input=input,
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    def srun(
+        self,
+        args: Sequence[str],
+        command: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        timeout: float = 60.0,
+    ) -> SrunResult:
+        """``srun --label ARGS COMMAND``, with the output split per rank."""
+        res = self.run(["srun", "--label", *args, *command], env=env, timeout=timeout)
+        return SrunResult(
+            res.returncode, res.stdout, res.stderr, parse_labels(res.stdout)
+        )
+
+    def sbatch(
+        self,
+        script: str,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        timeout: float = 120.0,
+    ) -> BatchResult:
+        """Submit ``script``, wait for the job, return its exit code and output."""
+        jobdir = Path(tempfile.mkdtemp(prefix="job-", dir=self._dir()))
+        path, out, err = jobdir / "job.sh", jobdir / "out.txt", jobdir / "err.txt"
+        path.write_text(script)
+        argv = ["sbatch", "--parsable", f"--output={out}", f"--error={err}"]
+        sub = self.run([*argv, f"--chdir={jobdir}", *args, str(path)], env=env)
+        if sub.returncode != 0:
+            raise RuntimeError(f"sbatch failed: {sub.stderr}")
+        job_id = int(sub.stdout.strip().split(";")[0])
+        # poll ourselves: `sbatch --wait` sleeps 2 s and more between its checks
+        deadline = time.monotonic() + timeout
+        active = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED")
+        while True:
+            show = self.run(["scontrol", "-o", "show", "job", str(job_id)]).stdout
+            state = re.search(r"\bJobState=(\S+)", show)
+            if state and state.group(1) not in active:
+                break
+            if time.monotonic() > deadline:
+                self.run(["scancel", str(job_id)])
+                raise TimeoutError(f"job {job_id} did not finish in {timeout}s: {show}")
+            time.sleep(0.1)
+        code = re.search(r"\bExitCode=(\d+):(\d+)", show)
+        if not code:
+            raise RuntimeError(f"no exit code for job {job_id}: {show}")
+        rc = -int(code.group(2)) if int(code.group(2)) else int(code.group(1))
+        return BatchResult(
+            job_id,
+            rc,
+            out.read_text() if out.exists() else "",
+            err.read_text() if err.exists() else "",
+        )

@@ -1,0 +1,213 @@
+"""What real Slurm (Debian 22.05.8) tells tasks, checked on a real 4-node cluster.
+
+Plain srun/sbatch, no slurmenv.  Filled in below: OBSERVED.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+import pytest
+from slurm_harness import SlurmCluster, SrunResult, _netns_list
+
+pytestmark = pytest.mark.slurm
+
+NODES = ("r1n09", "r1n10", "r2n09", "r2n10")
+ALL = "r1n[09-10],r2n[09-10]"
+SHOW_ENV = ["sh", "-c", "echo HOSTNAME=$(hostname); env"]
+
+# args -> (rank -> node index, rank -> SLURM_LOCALID, STEP_NODELIST,
+#          STEP_TASKS_PER_NODE, SLURM_DISTRIBUTION or None when unset)
+LAYOUTS = {
+    "N4-n8": (
+        ["-N4", "-n8"],
+        [0, 0, 0, 0, 0, 1, 2, 3], [0, 1, 2, 3, 4, 0, 0, 0], ALL, "5,1(x3)", None,
+    ),
+    "N4-npn2": (
+        ["-N4", "--ntasks-per-node=2"],
+        [0, 0, 1, 1, 2, 2, 3, 3], [0, 1, 0, 1, 0, 1, 0, 1], ALL, "2(x4)", None,
+    ),
+    "N4-npn2-cyclic": (
+        ["-N4", "--ntasks-per-node=2", "-m", "cyclic"],
+        [0, 1, 2, 3, 0, 1, 2, 3], [0, 0, 0, 0, 1, 1, 1, 1], ALL, "2(x4)", "cyclic",
+    ),
+    "N4-n6-cyclic": (
+        ["-N4", "-n6", "-m", "cyclic"],
+        [0, 1, 2, 3, 0, 0], [0, 0, 0, 0, 1, 2], ALL, "3,1(x3)", "cyclic",
+    ),
+    "N4-n8-plane2": (
+        ["-N4", "-n8", "-m", "plane=2"],
+        [0, 0, 1, 2, 3, 0, 0, 0], [0, 1, 0, 0, 0, 2, 3, 4], ALL, "5,1(x3)", "plane",
+    ),
+    "N3-n5": (
+        ["-N3", "-n5"],
+        [0, 0, 0, 1, 2], [0, 1, 2, 0, 0], "r1n[09-10],r2n09", "3,1(x2)", None,
+    ),
+    "N4-npn2-plane3": (  # plane wins over --ntasks-per-node: 3,2,2,1 not 2,2,2,2
+        ["-N4", "--ntasks-per-node=2", "-m", "plane=3"],
+        [0, 0, 0, 1, 1, 2, 2, 3], [0, 1, 2, 0, 1, 0, 1, 0], ALL, "3,2(x2),1", "plane",
+    ),
+    "N4-n12-plane4": (
+        ["-N4", "-n12", "-m", "plane=4"],
+        [0, 0, 0, 0, 1, 1, 2, 3, 0, 0, 0, 0], [0, 1, 2, 3, 0, 1, 0, 0, 4, 5, 6, 7],
+        ALL, "8,2,1(x2)", "plane",
+    ),
+    "N4-n8-block": (
+        ["-N4", "-n8", "-m", "block"],
+        [0, 0, 0, 0, 0, 1, 2, 3], [0, 1, 2, 3, 4, 0, 0, 0], ALL, "5,1(x3)", "block",
+    ),
+    "N4-n8-cyclic": (
+        ["-N4", "-n8", "-m", "cyclic"],
+        [0, 1, 2, 3, 0, 0, 0, 0], [0, 0, 0, 0, 1, 2, 3, 4], ALL, "5,1(x3)", "cyclic",
+    ),
+}  # fmt: skip
+
+
+def ok(res: SrunResult) -> SrunResult:
+    assert res.returncode == 0, res.stderr
+    return res
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_layout(slurm_cluster: SlurmCluster, name: str) -> None:
+    args, node_of, local_of, nodelist, tpn, dist = LAYOUTS[name]
+    env = ok(slurm_cluster.srun(args, SHOW_ENV)).per_task_env()
+    assert sorted(env) == list(range(len(node_of)))
+    for rank, e in env.items():
+        node = NODES[node_of[rank]]
+        on_node = [r for r, n in enumerate(node_of) if n == node_of[rank]]
+        assert e["HOSTNAME"] == node
+        assert e["SLURMD_NODENAME"] == node
+        assert e["SLURM_PROCID"] == str(rank)
+        assert e["SLURM_LOCALID"] == str(local_of[rank])
+        assert e["SLURM_NODEID"] == str(node_of[rank])
+        assert e["SLURM_STEP_NODELIST"] == nodelist
+        assert e["SLURM_STEP_TASKS_PER_NODE"] == tpn
+        assert e["SLURM_STEP_NUM_TASKS"] == str(len(node_of))
+        assert e["SLURM_GTIDS"] == ",".join(map(str, on_node))
+        assert e.get("SLURM_DISTRIBUTION") == dist
+        assert e["SLURM_STEP_ID"] == "0"
+    if dist == "plane":
+        plane = args[-1].removeprefix("plane=")
+        assert {e["SLURM_DIST_PLANESIZE"] for e in env.values()} == {plane}
+
+
+def test_hostname_is_node_name_and_resolves(slurm_cluster: SlurmCluster) -> None:
+    script = (
+        "import os, socket; h = socket.gethostname(); "
+        "print(h, os.environ['SLURMD_NODENAME'], socket.gethostbyname(h), "
+        "socket.gethostbyname('r2n10'))"
+    )
+    res = ok(slurm_cluster.srun(["-N4", "-n4"], ["python3", "-c", script]))
+    assert res.per_task_first == {
+        0: "r1n09 r1n09 10.213.0.2 10.213.0.5",
+        1: "r1n10 r1n10 10.213.0.3 10.213.0.5",
+        2: "r2n09 r2n09 10.213.0.4 10.213.0.5",
+        3: "r2n10 r2n10 10.213.0.5 10.213.0.5",
+    }
+
+
+def test_batch_script_outside_srun(slurm_cluster: SlurmCluster) -> None:
+    res = slurm_cluster.sbatch("#!/bin/sh\nenv\n", ["-N4", "-n8"])
+    assert res.returncode == 0, res.stderr
+    env = dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
+    assert "SLURM_STEP_ID" not in env
+    assert [k for k in env if k.startswith("SLURM_STEP_")] == []
+    assert env["SLURM_PROCID"] == "0"
+    assert env["SLURM_NTASKS"] == "8"
+    assert env["SLURM_TASKS_PER_NODE"] == "5,1(x3)"
+    assert env["SLURM_JOB_NODELIST"] == ALL
+    assert env["SLURMD_NODENAME"] == "r1n09"
+
+
+def test_two_steps_in_one_job(slurm_cluster: SlurmCluster) -> None:
+    step = "srun --overlap -N1 -n1 sh -c 'echo $SLURM_JOB_ID.$SLURM_STEP_ID'\n"
+    res = slurm_cluster.sbatch(f"#!/bin/sh\n{step}{step}exit 3\n", ["-N4", "-n8"])
+    assert res.returncode == 3
+    assert res.stdout.split() == [f"{res.job_id}.0", f"{res.job_id}.1"]
+
+
+def test_resv_ports(slurm_cluster: SlurmCluster) -> None:
+    """MpiParams=ports gives every step ports; --resv-ports needs '=count'."""
+
+    def ports(*args: str) -> set[str | None]:
+        res = ok(slurm_cluster.srun(["-N4", "-n8", *args], SHOW_ENV))
+        return {e.get("SLURM_STEP_RESV_PORTS") for e in res.per_task_env().values()}
+
+    def count(port_range: str | None) -> int:
+        m = re.fullmatch(r"(\d+)-(\d+)", port_range or "")
+        assert m, port_range
+        lo, hi = int(m.group(1)), int(m.group(2))
+        assert 12000 <= lo <= hi <= 12999  # noqa: PLR2004
+        return hi - lo + 1
+
+    (default,) = ports()
+    assert count(default) == 6  # max tasks per node (5) + 1
+    (three,) = ports("--resv-ports=3")
+    assert count(three) == 3
+    assert ports("--resv-ports=0") == {None}
+    assert ports("--resv-ports") == {None}  # no "=N": count 0, no ports at all
+
+
+def test_concurrent_steps_get_distinct_ports(slurm_cluster: SlurmCluster) -> None:
+    show = "echo $SLURM_STEP_ID $SLURM_STEP_RESV_PORTS; sleep 1"
+    step = f"srun --overlap -N1 -n1 sh -c '{show}' &\n"
+    res = slurm_cluster.sbatch(f"#!/bin/sh\n{step}{step}wait\n", ["-N1", "-n2"])
+    assert res.returncode == 0, res.stderr
+    lines = sorted(res.stdout.splitlines())
+    assert [line.split()[0] for line in lines] == ["0", "1"]
+    assert lines[0].split()[1] != lines[1].split()[1]
+
+
+def test_heterogeneous_step(slurm_cluster: SlurmCluster) -> None:
+    res = ok(slurm_cluster.srun(["-N1", "-n1", *SHOW_ENV, ":", "-N2", "-n2"], SHOW_ENV))
+    env = res.per_task_env()
+    assert [e["HOSTNAME"] for e in env.values()] == ["r1n09", "r1n10", "r2n09"]
+    for rank, e in env.items():
+        assert e["SLURM_PROCID"] == str(rank)
+        assert e["SLURM_NTASKS"] == "3"
+        assert e["SLURM_STEP_NODELIST"] == "r1n[09-10],r2n09"
+        assert e["SLURM_STEP_TASKS_PER_NODE"] == "1(x3)"
+        assert e["SLURM_HET_SIZE"] == "2"
+        assert e["SLURM_JOB_NODELIST_PACK_GROUP_0"] == "r1n09"
+        assert e["SLURM_JOB_NODELIST_PACK_GROUP_1"] == "r1n10,r2n09"
+
+
+def test_gres_gpu_all_tasks_see_step_gpus(slurm_gpu_cluster: SlurmCluster) -> None:
+    res = ok(slurm_gpu_cluster.srun(["-N1", "-n2", "--gres=gpu:3"], SHOW_ENV))
+    for e in res.per_task_env().values():
+        assert e["CUDA_VISIBLE_DEVICES"] == "0,1,2"
+        assert e["SLURM_STEP_GPUS"] == "0,1,2"
+
+
+def test_gpus_per_task(slurm_gpu_cluster: SlurmCluster) -> None:
+    args = ["-N2", "--ntasks-per-node=2", "--gpus-per-task=1"]
+    res = ok(slurm_gpu_cluster.srun(args, SHOW_ENV))
+    got = {r: (e["HOSTNAME"], e["CUDA_VISIBLE_DEVICES"]) for r, e in res.per_task_env().items()}
+    assert got == {
+        0: ("g1n1", "0"),
+        1: ("g1n1", "1"),
+        2: ("g1n2", "0"),
+        3: ("g1n2", "1"),
+    }
+
+
+def test_stop_leaves_nothing(slurm_cluster: SlurmCluster) -> None:
+    """A second cluster beside the session one starts over a leftover namespace of
+    a 'crashed' run with the same name; after stop nothing of it remains."""
+    cluster = SlurmCluster(nodes=["x1"])
+    subprocess.run(["ip", "netns", "add", cluster.ctl_ns], check=True)
+    with cluster:
+        res = ok(cluster.srun(["-n2"], ["hostname"]))
+        assert res.per_task_first == {0: "x1", 1: "x1"}
+        tmp, pids = cluster.tmp, [p.pid for p in cluster.procs.values()]
+    assert tmp is not None
+    assert not tmp.exists()
+    assert not [ns for ns in _netns_list() if ns.startswith(cluster.prefix)]
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    # the session cluster beside it is untouched
+    ok(slurm_cluster.srun(["-N4", "-n4"], ["true"]))
