@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # make slurm_harness importable
-
-from slurm_harness import SlurmCluster, SlurmUnavailable  # noqa: E402
+# tests/ is on sys.path with pytest's default ("prepend") import mode
+from slurm_harness import SlurmCluster, SlurmUnavailable
 
 GPU_NODES = ("g1n1", "g1n2")
 GPUS_PER_NODE = 4

@@ -42,6 +42,7 @@ DEFAULT_NODES = ("r1n09", "r1n10", "r2n09", "r2n10")
 CONTROLLER = "slurmctl"  # hostname of the controller inside its namespace
 SUBNET = "10.213.0"  # a /24 that exists only inside each cluster's own namespaces
 SLURM_PACKAGES = ("slurmctld", "slurmd", "slurm-client")
+SLURM_BINARIES = ("slurmctld", "slurmd", "srun")
 _ENV_DROP = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")  # never leak into our commands
 _OURS = re.compile(r"^se(\d+)x(\d+)(c|n\d+)$")  # the namespace names we create
 _LABEL = re.compile(r"^\s*(\d+): ?(.*)$")  # srun --label prefix, space-padded
@@ -103,21 +104,21 @@ def check_host_support() -> None:
     """Raise :class:`SlurmUnavailable` if this machine cannot run a cluster."""
     if os.geteuid() != 0:
         raise SlurmUnavailable("a real Slurm cluster needs root (netns, auth/none)")
-    tools = ("ip", "nsenter", "unshare", "mknod", "mount")
+    tools = ("ip", "nsenter", "unshare", "mknod", "mount", "slurmctld", "slurmd", "srun")
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:
         raise SlurmUnavailable(f"missing tools: {', '.join(missing)}")
 
 
 def ensure_slurm_installed() -> None:
-    """Install the Debian Slurm packages if the daemons or ``srun`` are missing."""
-    if all(shutil.which(b) for b in ("slurmctld", "slurmd", "srun")):
-        return
-    if shutil.which("apt-get") is None:
-        raise SlurmUnavailable("Slurm is not installed and apt-get is not available")
+    """Install Slurm (and iproute2) with apt-get if missing: CI starts bare, as root."""
+    packages = [*SLURM_PACKAGES] if not all(map(shutil.which, SLURM_BINARIES)) else []
+    packages += ["iproute2"] if shutil.which("ip") is None else []
+    if not packages or os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return  # nothing to do, or nothing we can do: check_host_support() says why
     subprocess.run(
         "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
-        + " ".join(SLURM_PACKAGES),
+        + " ".join(packages),
         shell=True,
         check=True,
     )
@@ -243,8 +244,8 @@ class SlurmCluster:
         """Create namespaces and config, start the daemons, wait for idle nodes."""
         if self.tmp is not None:
             return self  # already running
-        check_host_support()
         ensure_slurm_installed()
+        check_host_support()
         t0 = time.monotonic()
         self._remove_leftovers()
         self.tmp = Path(tempfile.mkdtemp(prefix=f"{self.prefix}-"))
@@ -434,8 +435,7 @@ PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
         if self.tmp is None:
             return ""
         return "\n".join(
-            f"==> {p.name} <==\n{_tail(p, lines)}"
-            for p in sorted(self.log_dir.iterdir())
+            f"==> {p.name} <==\n{_tail(p, lines)}" for p in sorted(self.log_dir.iterdir())
         )
 
     # -- running commands -----------------------------------------------------------
@@ -477,11 +477,13 @@ PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
         env: Mapping[str, str] | None = None,
         timeout: float = 60.0,
     ) -> SrunResult:
-        """``srun --label ARGS COMMAND``, with the output split per rank."""
+        """``srun --label ARGS COMMAND``, with the output split per rank.
+
+        Heterogeneous step: ``srun(["-N1", "-n1", *cmd0, ":", "-N2", "-n2"], cmd1)``;
+        ranks are global across the components.
+        """
         res = self.run(["srun", "--label", *args, *command], env=env, timeout=timeout)
-        return SrunResult(
-            res.returncode, res.stdout, res.stderr, parse_labels(res.stdout)
-        )
+        return SrunResult(res.returncode, res.stdout, res.stderr, parse_labels(res.stdout))
 
     def sbatch(
         self,

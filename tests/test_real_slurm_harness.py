@@ -1,6 +1,66 @@
 """What real Slurm (Debian 22.05.8) tells tasks, checked on a real 4-node cluster.
 
-Plain srun/sbatch, no slurmenv.  Filled in below: OBSERVED.
+Plain srun/sbatch, no slurmenv.  Cluster: nodes r1n09 r1n10 r2n09 r2n10 (addresses
+10.213.0.2-5), 8 CPUs each, CR_Core, OverSubscribe=YES, MpiParams=ports=12000-12999.
+
+OBSERVED (the tests below assert these values, except those marked "seen"):
+
+In every task: ``hostname`` == ``SLURMD_NODENAME`` == the node name, and node names
+resolve (r1n09 -> 10.213.0.2 ... r2n10 -> 10.213.0.5).  ``SLURM_STEP_ID=0`` for a lone
+srun.  ``SLURM_GTIDS`` = the step's ranks on this node, ascending, comma separated.
+``SLURM_STEP_NODELIST`` = ``r1n[09-10],r2n[09-10]`` for -N4.
+
+layout (srun args)            TASKS_PER_NODE  DISTRIBUTION   rank: node index/LOCALID
+-N4 -n8                       5,1(x3)         unset          0:0/0 1:0/1 2:0/2 3:0/3
+                                                             4:0/4 5:1/0 6:2/0 7:3/0
+-N4 --ntasks-per-node=2       2(x4)           unset          0:0/0 1:0/1 2:1/0 3:1/1
+                                                             4:2/0 5:2/1 6:3/0 7:3/1
+-N4 --ntasks-per-node=2       2(x4)           cyclic         0:0/0 1:1/0 2:2/0 3:3/0
+  -m cyclic                                                  4:0/1 5:1/1 6:2/1 7:3/1
+-N4 -n6 -m cyclic             3,1(x3)         cyclic         0:0/0 1:1/0 2:2/0 3:3/0
+                                                             4:0/1 5:0/2
+-N4 -n8 -m plane=2            5,1(x3)         plane (+       0:0/0 1:0/1 2:1/0 3:2/0
+                                              PLANESIZE=2)   4:3/0 5:0/2 6:0/3 7:0/4
+-N3 -n5 (STEP_NODELIST        3,1(x2)         unset          0:0/0 1:0/1 2:0/2 3:1/0
+  r1n[09-10],r2n09)                                          4:2/0
+-N4 --ntasks-per-node=2       3,2(x2),1       plane (3)      0:0/0 1:0/1 2:0/2 3:1/0
+  -m plane=3                                                 4:1/1 5:2/0 6:2/1 7:3/0
+-N4 -n12 -m plane=4           8,2,1(x2)       plane (4)      0-3:0/0-3 4:1/0 5:1/1
+                                                             6:2/0 7:3/0 8-11:0/4-7
+-N4 -n8 -m block              5,1(x3)         block          as -N4 -n8
+-N4 -n8 -m cyclic             5,1(x3)         cyclic         0:0/0 1:1/0 2:2/0 3:3/0
+                                                             4:0/1 5:0/2 6:0/3 7:0/4
+
+So: without -m, SLURM_DISTRIBUTION is unset (even with --ntasks-per-node); the
+allocation srun makes for -N4 -n8 is 5,1,1,1 whatever -m says, and -m plane/cyclic
+only reorder ranks inside it; -m plane=3 overrides --ntasks-per-node=2 (3,2,2,1).
+Nothing but SLURM_GTIDS/LOCALID/NODEID tells a task the layout: derive it from them.
+
+Batch script outside srun (sbatch -N4 -n8): runs on r1n09, no SLURM_STEP_ID and no
+SLURM_STEP_* at all, SLURM_PROCID=0, SLURM_NTASKS=8, SLURM_TASKS_PER_NODE=5,1(x3),
+SLURM_JOB_NODELIST=r1n[09-10],r2n[09-10].  Two ``srun --overlap`` in one job: same
+SLURM_JOB_ID, SLURM_STEP_ID 0 then 1 (concurrent ones: 0 and 1, in start order).
+
+Ports: with MpiParams=ports set, EVERY step gets SLURM_STEP_RESV_PORTS without asking,
+e.g. ``12001-12006`` for -N4 -n8 (count = max tasks per node + 1 = 6); consecutive
+steps get consecutive ranges (seen); concurrent steps on one node get disjoint ranges.
+``--resv-ports=3`` gives 3 ports; ``--resv-ports=0`` and a bare ``--resv-ports`` (count
+0 in 22.05!) give none: the variable is unset.
+
+Heterogeneous step ``srun -N1 -n1 cmd : -N2 -n2 cmd`` (outside an allocation: makes a
+het job; needs backfill, hence bf_interval=1, else ~30 s): ranks 0,1,2 on r1n09, r1n10,
+r2n09; SLURM_PROCID global, SLURM_NTASKS=3, SLURM_STEP_NODELIST=r1n[09-10],r2n09,
+SLURM_STEP_TASKS_PER_NODE=1(x3), SLURM_NODEID 0,1,2, SLURM_HET_SIZE=2 and
+SLURM_PACK_SIZE=2, SLURM_DISTRIBUTION=cyclic (set although no -m), per component
+SLURM_JOB_ID_PACK_GROUP_0/1 (two job ids), SLURM_JOB_NODELIST_PACK_GROUP_0=r1n09,
+SLURM_JOB_NODELIST_PACK_GROUP_1=r1n10,r2n09 (no *_HET_GROUP_* spelling in a step).
+
+GPUs (2 nodes g1n1 g1n2, 4 fake GPUs each): ``-N1 -n2 --gres=gpu:3`` -> every task
+CUDA_VISIBLE_DEVICES=0,1,2, SLURM_STEP_GPUS=0,1,2 (also ROCR_VISIBLE_DEVICES and
+GPU_DEVICE_ORDINAL=0,1,2, SLURM_GPUS_ON_NODE=3).  ``-N2 --ntasks-per-node=2
+--gpus-per-task=1`` -> ranks 0,1,2,3 on g1n1,g1n1,g1n2,g1n2 see 0,1,0,1 (one device
+each; SLURM_STEP_GPUS is then the task's own device).  ``-N2 -n4 --gpus-per-task=1``
+lays out 3,1: devices 0,1,2 on g1n1 and 0 on g1n2, SLURM_GPUS_ON_NODE 3 and 1.
 """
 
 from __future__ import annotations
@@ -140,7 +200,7 @@ def test_resv_ports(slurm_cluster: SlurmCluster) -> None:
         m = re.fullmatch(r"(\d+)-(\d+)", port_range or "")
         assert m, port_range
         lo, hi = int(m.group(1)), int(m.group(2))
-        assert 12000 <= lo <= hi <= 12999  # noqa: PLR2004
+        assert 12000 <= lo <= hi <= 12999
         return hi - lo + 1
 
     (default,) = ports()
@@ -171,27 +231,46 @@ def test_heterogeneous_step(slurm_cluster: SlurmCluster) -> None:
         assert e["SLURM_STEP_NODELIST"] == "r1n[09-10],r2n09"
         assert e["SLURM_STEP_TASKS_PER_NODE"] == "1(x3)"
         assert e["SLURM_HET_SIZE"] == "2"
+        assert e["SLURM_PACK_SIZE"] == "2"
+        assert e["SLURM_NODEID"] == str(rank)
+        assert e["SLURM_DISTRIBUTION"] == "cyclic"
+        assert e["SLURM_JOB_ID_PACK_GROUP_0"] == e["SLURM_JOB_ID"]
+        assert e["SLURM_JOB_ID_PACK_GROUP_1"] == str(int(e["SLURM_JOB_ID"]) + 1)
         assert e["SLURM_JOB_NODELIST_PACK_GROUP_0"] == "r1n09"
         assert e["SLURM_JOB_NODELIST_PACK_GROUP_1"] == "r1n10,r2n09"
+        assert not [k for k in e if "HET_GROUP" in k]
 
 
 def test_gres_gpu_all_tasks_see_step_gpus(slurm_gpu_cluster: SlurmCluster) -> None:
     res = ok(slurm_gpu_cluster.srun(["-N1", "-n2", "--gres=gpu:3"], SHOW_ENV))
     for e in res.per_task_env().values():
-        assert e["CUDA_VISIBLE_DEVICES"] == "0,1,2"
-        assert e["SLURM_STEP_GPUS"] == "0,1,2"
+        for var in ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "ROCR_VISIBLE_DEVICES"):
+            assert e[var] == "0,1,2"
+        assert e["GPU_DEVICE_ORDINAL"] == "0,1,2"
+        assert e["SLURM_GPUS_ON_NODE"] == "3"
 
 
-def test_gpus_per_task(slurm_gpu_cluster: SlurmCluster) -> None:
-    args = ["-N2", "--ntasks-per-node=2", "--gpus-per-task=1"]
-    res = ok(slurm_gpu_cluster.srun(args, SHOW_ENV))
-    got = {r: (e["HOSTNAME"], e["CUDA_VISIBLE_DEVICES"]) for r, e in res.per_task_env().items()}
-    assert got == {
-        0: ("g1n1", "0"),
-        1: ("g1n1", "1"),
-        2: ("g1n2", "0"),
-        3: ("g1n2", "1"),
-    }
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (  # (host, CUDA_VISIBLE_DEVICES, SLURM_STEP_GPUS, SLURM_GPUS_ON_NODE) per rank
+            ["-N2", "--ntasks-per-node=2", "--gpus-per-task=1"],
+            [("g1n1", "0", "0", "2"), ("g1n1", "1", "1", "2"),
+             ("g1n2", "0", "0", "2"), ("g1n2", "1", "1", "2")],
+        ),
+        (  # the default layout is 3,1 here too
+            ["-N2", "-n4", "--gpus-per-task=1"],
+            [("g1n1", "0", "0", "3"), ("g1n1", "1", "1", "3"),
+             ("g1n1", "2", "2", "3"), ("g1n2", "0", "0", "1")],
+        ),
+    ],
+)  # fmt: skip
+def test_gpus_per_task(
+    slurm_gpu_cluster: SlurmCluster, args: list[str], expected: list[tuple[str, ...]]
+) -> None:
+    env = ok(slurm_gpu_cluster.srun(args, SHOW_ENV)).per_task_env()
+    keys = ("HOSTNAME", "CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE")
+    assert [tuple(e[k] for k in keys) for e in env.values()] == expected
 
 
 def test_stop_leaves_nothing(slurm_cluster: SlurmCluster) -> None:
