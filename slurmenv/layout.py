@@ -14,8 +14,9 @@ cyclic otherwise (one task per node, where the two agree).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from itertools import accumulate
 
+from ._compat import NamedTuple, bisect_right
 from .errors import SlurmEnvError
 
 
@@ -55,12 +56,13 @@ def parse_distribution(environ: Mapping[str, str]) -> Distribution | UnknownLayo
     source = f"SLURM_DISTRIBUTION={raw}"
     plane_size = 0
     if kind.startswith("plane"):
-        size = kind.partition("=")[2] or get("SLURM_DIST_PLANESIZE", "")
-        if not size.isdigit() or int(size) < 1:
+        inline = kind.partition("=")[2]
+        size = inline or get("SLURM_DIST_PLANESIZE", "")
+        if not (size.isascii() and size.isdigit()) or int(size) < 1:
             raise SlurmEnvError(
                 "plane distribution without a valid plane size",
-                variable="SLURM_DIST_PLANESIZE",
-                value=get("SLURM_DIST_PLANESIZE"),
+                variable="SLURM_DISTRIBUTION" if inline else "SLURM_DIST_PLANESIZE",
+                value=raw if inline else get("SLURM_DIST_PLANESIZE"),
                 fix="Slurm sets it with -m plane=N; set it to N if you build the environment by hand",
             )
         kind, plane_size = "plane", int(size)
@@ -73,29 +75,44 @@ def parse_distribution(environ: Mapping[str, str]) -> Distribution | UnknownLayo
 
 def _round_robin(counts: Sequence[int], chunk: int) -> Placement:
     """Plane layout: in each round every node not yet full takes up to ``chunk`` ranks."""
-    ntasks = sum(counts)
-    node_of = [0] * ntasks
-    local_of = [0] * ntasks
-    filled = [0] * len(counts)
+    nnodes = len(counts)
+    node_of: list[int] = []
+    local_of: list[int] = []
+    per_node = counts[0] if counts else 0
+    if counts.count(per_node) == nnodes:
+        # The same count on every node: every round takes the same number from each.
+        for first in range(0, per_node, chunk):
+            size = min(chunk, per_node - first)
+            node_of.extend(_each_repeated(nnodes, size))
+            local_of.extend(list(range(first, first + size)) * nnodes)
+        return Placement(node_of, local_of)
+    filled = [0] * nnodes
     open_nodes = [i for i, c in enumerate(counts) if c > 0]
-    rank = 0
     while open_nodes:
         still_open = []
         for node in open_nodes:
-            take = min(chunk, counts[node] - filled[node])
             base = filled[node]
-            for k in range(take):
-                node_of[rank] = node
-                local_of[rank] = base + k
-                rank += 1
+            take = min(chunk, counts[node] - base)
+            node_of.extend([node] * take)
+            local_of.extend(range(base, base + take))
             filled[node] = base + take
-            if filled[node] < counts[node]:
+            if base + take < counts[node]:
                 still_open.append(node)
         open_nodes = still_open
     return Placement(node_of, local_of)
 
 
+def _each_repeated(nnodes: int, times: int) -> list[int]:
+    """``[0]*times + [1]*times + ... + [nnodes-1]*times``."""
+    if times == 1:
+        return list(range(nnodes))
+    return [node for node in range(nnodes) for _ in range(times)]
+
+
 def _block(counts: Sequence[int]) -> Placement:
+    per_node = counts[0] if counts else 0
+    if counts.count(per_node) == len(counts):
+        return Placement(_each_repeated(len(counts), per_node), list(range(per_node)) * len(counts))
     node_of: list[int] = []
     local_of: list[int] = []
     for node, count in enumerate(counts):
@@ -117,7 +134,7 @@ def place(
     """
     kind = distribution.kind
     if kind == "default":
-        kind = "block" if sum(counts) > len(counts) else "cyclic"
+        kind = "block" if total(counts) > len(counts) else "cyclic"
     if kind == "block":
         return _block(counts)
     if kind == "cyclic":
@@ -126,6 +143,71 @@ def place(
         return _round_robin(counts, distribution.plane_size)
     assert kind == "arbitrary" and hosts is not None and hostfile is not None
     return _arbitrary(counts, hosts, hostfile)
+
+
+def total(counts: Sequence[int]) -> int:
+    """``sum(counts)``, at the cost of a comparison per node when all counts are equal."""
+    first = counts[0] if counts else 0
+    return first * len(counts) if counts.count(first) == len(counts) else sum(counts)
+
+
+def largest(counts: Sequence[int]) -> int:
+    """``max(counts)``, likewise."""
+    first = counts[0]
+    return first if counts.count(first) == len(counts) else max(counts)
+
+
+def _kind(counts: Sequence[int], distribution: Distribution) -> tuple[str, int]:
+    """The layout actually used, and its chunk size (block = one chunk of a whole node)."""
+    kind = distribution.kind
+    if kind == "default":
+        kind = "block" if total(counts) > len(counts) else "cyclic"
+    return kind, 1 if kind == "cyclic" else distribution.plane_size
+
+
+def locate(counts: Sequence[int], distribution: Distribution, rank: int) -> tuple[int, int]:
+    """``(node index, local rank)`` of one rank, without building the whole placement.
+
+    Block layouts and round-robin layouts (cyclic, plane) with the same task count on every
+    node are computed directly (time in the node count at most); other round-robin layouts
+    are placed in full. Not for ``arbitrary``, which needs the host file.
+    """
+    kind, chunk = _kind(counts, distribution)
+    if kind == "block":
+        ends = list(accumulate(counts))
+        node = bisect_right(ends, rank)
+        return node, rank - (ends[node - 1] if node else 0)
+    assert kind in ("cyclic", "plane")
+    per_node, nnodes = counts[0], len(counts)
+    if counts.count(per_node) != nnodes:
+        placed = _round_robin(counts, chunk)
+        return placed.node_of[rank], placed.local_of[rank]
+    # Every node takes ``chunk`` ranks per round (fewer in the last round).
+    rnd, within = divmod(rank, nnodes * chunk)
+    size = min(chunk, per_node - rnd * chunk)
+    node, k = divmod(within, size)
+    return node, rnd * chunk + k
+
+
+def ranks_on(counts: Sequence[int], distribution: Distribution, node: int) -> list[int]:
+    """The ranks that one node holds, in local-rank order (what Slurm puts in SLURM_GTIDS).
+
+    Computed like :func:`locate`; not for ``arbitrary``.
+    """
+    kind, chunk = _kind(counts, distribution)
+    if kind == "block":
+        start = total(counts[:node])
+        return list(range(start, start + counts[node]))
+    assert kind in ("cyclic", "plane")
+    per_node, nnodes = counts[0], len(counts)
+    if counts.count(per_node) != nnodes:
+        return _round_robin(counts, chunk).ranks_on(node)
+    ranks = []
+    for local in range(per_node):
+        rnd, k = divmod(local, chunk)
+        size = min(chunk, per_node - rnd * chunk)
+        ranks.append(rnd * nnodes * chunk + node * size + k)
+    return ranks
 
 
 def _arbitrary(counts: Sequence[int], hosts: Sequence[str], hostfile: Sequence[str]) -> Placement:

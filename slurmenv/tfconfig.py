@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from typing import Any
 
+from ._compat import TYPE_CHECKING
 from .errors import SlurmEnvError
+
+if TYPE_CHECKING:
+    from typing import Any
+
+try:  # json's own string encoder, without importing the json package (export's hot path)
+    from _json import encode_basestring_ascii as _quote
+except ImportError:  # pragma: no cover - CPython always has _json
+    from json.encoder import encode_basestring_ascii as _quote
 
 # Linux refuses to exec with one environment string over MAX_ARG_STRLEN (128 KiB), counting
 # "TF_CONFIG=" and the terminating NUL.
@@ -29,9 +36,31 @@ def build(workers: Sequence[str], rank: int, chief: bool = False) -> dict[str, A
     return {"cluster": cluster, "task": task}
 
 
+def _compact(value: Any) -> str:
+    """``json.dumps(value, separators=(",", ":"))`` for dicts (str keys), lists, str and int."""
+    kind = type(value)
+    if kind is str:
+        return _quote(value)
+    if kind is int:
+        return int.__repr__(value)
+    if kind is list:
+        try:  # the worker list, all strings: quoted in C
+            return "[" + ",".join(map(_quote, value)) + "]"
+        except TypeError:
+            return "[" + ",".join([_compact(item) for item in value]) + "]"
+    if kind is dict and all(type(key) is str for key in value):
+        return "{" + ",".join([_quote(k) + ":" + _compact(v) for k, v in value.items()]) + "}"
+    raise TypeError(kind)
+
+
 def dumps(config: dict[str, Any], check_size: bool = True) -> str:
     """Compact JSON; refuses a value that no process could be started with."""
-    text = json.dumps(config, separators=(",", ":"))
+    try:
+        text = _compact(config)
+    except TypeError:  # floats, booleans, ...: not what build() makes
+        import json
+
+        text = json.dumps(config, separators=(",", ":"))
     if check_size and len(text) > MAX_VALUE:
         raise SlurmEnvError(
             f"TF_CONFIG would be {len(text)} bytes, over Linux's {MAX_ARG_STRLEN}-byte limit for "

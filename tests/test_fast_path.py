@@ -1,0 +1,190 @@
+"""The export path: ``slurmenv export``/``exec`` parse common command lines without argparse,
+and must then mean exactly what argparse would; the path imports nothing heavy."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurmenv import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def argparse_result(argv: list[str]) -> dict[str, object] | None:
+    """What argparse gives, or None when it refuses the command line."""
+    try:
+        return normal(vars(cli.build_parser().parse_args(argv)))
+    except SystemExit:
+        return None
+
+
+def normal(values: dict[str, object]) -> dict[str, object]:
+    """exec's command without a leading ``--`` (cmd_exec drops it; Python versions differ on
+    whether argparse keeps it in a REMAINDER argument)."""
+    command = values.get("argv")
+    if isinstance(command, list) and command[:1] == ["--"]:
+        values = {**values, "argv": command[1:]}
+    return values
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["export"],
+        ["export", "--for", "torch"],
+        ["export", "--for=tf"],
+        ["export", "--shell", "fish", "--for", "all"],
+        ["export", "--format=json"],
+        ["export", "--port", "12345", "--port-range=10000-20000"],
+        ["export", "--addr-template", "{host}-ib", "--resolve-addr", "--tf-chief"],
+        ["export", "--bind-gpus", "--no-bind-gpus", "--threads", "--no-threads"],
+        ["export", "--for", "torch", "--for", "tf"],  # the last one wins
+        ["exec", "--", "python", "train.py"],
+        ["exec", "python", "-c", "pass"],
+        ["exec", "--for", "torch", "--", "a", "--for", "b"],
+        ["exec", "--no-threads", "cmd", "--port", "1"],
+        ["exec"],
+    ],
+)
+def test_fast_path_taken_and_same_as_argparse(argv: list[str]) -> None:
+    fast = cli._fast_args(argv)
+    assert fast is not None, "the common command line should not need argparse"
+    assert normal(vars(fast)) == argparse_result(argv)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["export", "--fo", "torch"],  # abbreviation: argparse's business (here: ambiguous)
+        ["export", "--for", "bogus"],
+        ["export", "--for"],
+        ["export", "-h"],
+        ["export", "--help"],
+        ["export", "stray"],
+        ["export", "--tf-chief=1"],
+        ["export", "--port", "-1"],
+        ["export", "--port="],
+        ["exec", "--port"],
+        ["show"],
+        [],
+        ["--version"],
+    ],
+)
+def test_anything_else_goes_to_argparse(argv: list[str]) -> None:
+    assert cli._fast_args(argv) is None
+
+
+VOCABULARY = [
+    "--for", "torch", "tf", "all", "torchrun", "--for=torch", "--shell", "bash", "fish",
+    "--format", "json", "dotenv", "--port", "12000", "--port-range", "10000-20000",
+    "--addr-template", "{host}-ib", "--resolve-addr", "--tf-chief", "--bind-gpus",
+    "--no-bind-gpus", "--threads", "--no-threads", "--", "python", "-c", "-h", "--fo", "x=1",
+    "--port=1", "--shell=zsh", "--format=xml", "",
+]  # fmt: skip
+
+
+@given(st.sampled_from(["export", "exec"]), st.lists(st.sampled_from(VOCABULARY), max_size=7))
+@settings(max_examples=300, deadline=None)
+def test_fast_path_never_disagrees_with_argparse(command: str, rest: list[str]) -> None:
+    argv = [command, *rest]
+    fast = cli._fast_args(argv)
+    if fast is not None:
+        assert normal(vars(fast)) == argparse_result(argv)
+
+
+def test_every_export_and_exec_option_is_understood() -> None:
+    # An option of a kind the fast path does not handle would send every task to argparse:
+    # correct, but slow. Then teach _fast_args about it.
+    for command in ("export", "exec"):
+        assert cli._fast_args([command]) is not None, command
+
+
+def test_export_path_imports_nothing_heavy() -> None:
+    code = (
+        "import sys\n"
+        "before = set(sys.modules)  # what the interpreter (and its site hooks) loaded\n"
+        "from slurmenv.cli import main\n"
+        "main(['export', '--for', 'torch'])\n"
+        "heavy = {'argparse', 'json', 'socket', 'psutil', 'torch', 'tensorflow', 'jax', "
+        "'string', 'subprocess', 'tempfile'}\n"
+        "print(sorted(heavy & (set(sys.modules) - before)), file=sys.stderr)\n"
+    )
+    env = {
+        "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "SLURM_JOB_ID": "77",
+        "SLURM_STEP_ID": "0", "SLURM_STEP_NODELIST": "n[0000-4095]",
+        "SLURM_STEP_NUM_NODES": "4096", "SLURM_STEP_NUM_TASKS": "4096",
+        "SLURM_STEP_TASKS_PER_NODE": "1(x4096)", "SLURM_PROCID": "5", "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "5", "SLURM_GTIDS": "5", "SLURMD_NODENAME": "n0005",
+    }  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert "export MASTER_ADDR='n0000';" in out.stdout
+    assert out.stderr.strip().splitlines()[-1] == "[]"
+
+
+_JSON = st.recursive(
+    st.one_of(st.text(), st.integers(), st.booleans(), st.none(), st.floats(allow_nan=False)),
+    lambda inner: st.one_of(st.lists(inner), st.dictionaries(st.text(), inner)),
+    max_leaves=20,
+)
+
+
+@given(st.dictionaries(st.text(), _JSON))
+@settings(max_examples=200, deadline=None)
+def test_tf_config_encoding_is_jsons(config: dict[str, object]) -> None:
+    # tfconfig encodes without importing json (export's path); it must be byte for byte
+    # json.dumps(..., separators=(",", ":")), escapes and all.
+    import json
+
+    from slurmenv import tfconfig
+
+    assert tfconfig.dumps(config, check_size=False) == json.dumps(config, separators=(",", ":"))
+
+
+@given(st.lists(st.integers(-5, 30)), st.integers(-10, 40))
+@settings(max_examples=500, deadline=None)
+def test_bisect_without_the_extension(values: list[int], x: int) -> None:
+    import bisect
+
+    from slurmenv._compat import bisect_right
+
+    values.sort()
+    assert bisect_right(values, x) == bisect.bisect_right(values, x)
+
+
+def test_named_tuple_without_typing_behaves_like_typings() -> None:
+    import pickle
+    import typing
+
+    from slurmenv import _compat, layout, options, ports
+
+    def make(base: type) -> type:
+        class Point(base):  # type: ignore[valid-type,misc]
+            """A point."""
+
+            x: int
+            y: int = 0
+
+            def norm(self) -> int:
+                return abs(self.x) + abs(self.y)
+
+        return Point
+
+    ours, theirs = make(_compat.NamedTuple), make(typing.NamedTuple)
+    for cls in (ours, theirs):
+        p = cls(3, y=-4)
+        assert isinstance(p, tuple) and tuple(p) == (3, -4) and p.norm() == 7
+        assert cls._fields == ("x", "y") and cls._field_defaults == {"y": 0}
+        assert cls(1) == (1, 0) and p._replace(x=0) == (0, -4) and p._asdict() == {"x": 3, "y": -4}
+        assert cls.__doc__ == "A point." and repr(p) == "Point(x=3, y=-4)"
+    # the real ones pickle (by qualified name) and keep their methods
+    for value in (options.Options(port=12000), ports.Ports(1, [2], "s"),
+                  layout.Distribution("plane", 2, "x")):
+        assert pickle.loads(pickle.dumps(value)) == value
+    assert layout.Placement([0, 1, 0], [0, 0, 1]).ranks_on(0) == [0, 2]
