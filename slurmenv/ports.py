@@ -18,8 +18,7 @@ TensorFlow ports. An explicit port (``--port``, ``SLURMENV_PORT`` or ``MASTER_PO
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
+from ._compat import NamedTuple
 from .errors import SlurmEnvError
 
 JOB_SLOTS = 1000
@@ -27,6 +26,11 @@ DEFAULT_RANGE = (10000, 32767)
 EPHEMERAL_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
 RANGE_FIX = "give a range like '10000-32767' (SLURMENV_PORT_RANGE or --port-range) of at least " \
     f"{2 * JOB_SLOTS} ports between 1024 and the start of the ephemeral range"
+
+
+def _is_number(text: str) -> bool:
+    """ASCII decimal digits only (``str.isdigit`` also accepts ``'²'``, which ``int`` refuses)."""
+    return text.isascii() and text.isdigit()
 
 
 class Ports(NamedTuple):
@@ -40,7 +44,7 @@ class Ports(NamedTuple):
 def parse_range(text: str, variable: str) -> tuple[int, int]:
     """Parse ``LO-HI`` into a checked port range."""
     lo_text, dash, hi_text = text.strip().partition("-")
-    if not (dash and lo_text.isdigit() and hi_text.isdigit()):
+    if not (dash and _is_number(lo_text) and _is_number(hi_text)):
         raise SlurmEnvError("port range must be LO-HI", variable=variable, value=text, fix=RANGE_FIX)
     lo, hi = int(lo_text), int(hi_text)
     if lo < 1024 or hi > 65535 or hi - lo + 1 < 2 * JOB_SLOTS:
@@ -55,7 +59,7 @@ def parse_range(text: str, variable: str) -> tuple[int, int]:
 
 def parse_port(text: str, variable: str) -> int:
     """Parse one TCP port number (1024-65535)."""
-    if not text.strip().isdigit() or not 1024 <= int(text) <= 65535:
+    if not _is_number(text.strip()) or not 1024 <= int(text) <= 65535:
         raise SlurmEnvError(
             "not a usable TCP port",
             variable=variable,
@@ -66,16 +70,21 @@ def parse_port(text: str, variable: str) -> int:
 
 
 def parse_port_list(text: str, variable: str) -> list[int]:
-    """Parse Slurm's port list (``12000-12003`` or ``12000,12002-12003``)."""
+    """Parse Slurm's port list (``12000-12003`` or ``12000,12002-12003``): ports 1024-65535."""
     ports: list[int] = []
     for part in text.split(","):
         lo, dash, hi = part.strip().partition("-")
-        if not lo.isdigit() or (dash and not hi.isdigit()):
+        if (
+            not _is_number(lo)
+            or (dash and not _is_number(hi))
+            or not 1024 <= int(lo) <= int(hi or lo) <= 65535
+        ):
             raise SlurmEnvError(
                 "not a Slurm port list",
                 variable=variable,
                 value=text,
-                fix="it must look like '12000-12003' or '12000,12005'",
+                fix="it must look like '12000-12003' or '12000,12005' (ports 1024-65535, "
+                "low-high ranges)",
             )
         ports.extend(range(int(lo), int(hi or lo) + 1))
     return ports
@@ -98,11 +107,28 @@ def block_ports(job_id: int, step_id: int, port_range: tuple[int, int], tasks_he
 def ephemeral_range(path: str = EPHEMERAL_FILE) -> tuple[int, int] | None:
     """This node's ephemeral port range, or None where the kernel does not say."""
     try:
-        with open(path, encoding="ascii") as handle:
+        with open(path, "rb") as handle:  # bytes: no codec to import on export's path
             lo, hi = handle.read().split()
         return int(lo), int(hi)
     except (OSError, ValueError):
         return None
+
+
+def check_range_outside(
+    port_range: tuple[int, int], ephemeral: tuple[int, int] | None, variable: str
+) -> None:
+    """Refuse a formula range that overlaps the ephemeral range, whatever the job ID: a port
+    inside it may be taken by any outgoing connection, and the job IDs that land there vary."""
+    lo, hi = port_range
+    if ephemeral and lo <= ephemeral[1] and ephemeral[0] <= hi:
+        raise SlurmEnvError(
+            f"port range {lo}-{hi} overlaps this node's ephemeral port range "
+            f"{ephemeral[0]}-{ephemeral[1]} (any outgoing connection may take a port there)",
+            variable=variable,
+            value=f"{lo}-{hi}",
+            fix="choose a range below the ephemeral range with SLURMENV_PORT_RANGE or "
+            "--port-range (or give a port with --port, or reserve ports with srun --resv-ports)",
+        )
 
 
 def check_outside(port: int, ephemeral: tuple[int, int] | None, what: str) -> None:

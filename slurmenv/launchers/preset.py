@@ -5,12 +5,14 @@ Its values win; slurmenv reports them as they are.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from typing import Any
 
+from .._compat import TYPE_CHECKING
 from ..errors import SlurmEnvError, parse_int, require
 from ..resolution import Resolution
+
+if TYPE_CHECKING:
+    from typing import Any
 
 REQUIRED = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 # Variables by which launchers announce themselves.
@@ -56,8 +58,21 @@ def resolve(environ: Mapping[str, str], tf_chief: bool = False) -> Resolution:
     tf_fn = None
     if tf_config:
         sources["TF_CONFIG"] = f"TF_CONFIG set by {who}"
-        parsed: dict[str, Any] = json.loads(tf_config)
-        tf_fn = lambda: parsed
+        import json  # only here: slurmenv export must not pay for it
+
+        try:
+            parsed = json.loads(tf_config)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            raise SlurmEnvError(
+                "TF_CONFIG is set but is not a JSON object", variable="TF_CONFIG",
+                value=tf_config, fix="unset TF_CONFIG or set it to TensorFlow's JSON form",
+            )
+
+        def tf_fn() -> dict[str, Any]:
+            # A fresh copy each time: the Resolution stays immutable.
+            return json.loads(tf_config)  # type: ignore[no-any-return]
     group_rank = number("GROUP_RANK", 0) if environ.get("GROUP_RANK") else number("NODE_RANK", 0)
     nnodes = number("GROUP_WORLD_SIZE", 0) or number("NNODES", 0) or max(1, world // local_world)
     return Resolution(

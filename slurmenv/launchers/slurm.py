@@ -69,7 +69,7 @@ class SlurmStep(Topology):
         self.localid = parse_int("SLURM_LOCALID", require(environ, "SLURM_LOCALID", STEP_FIX))
         self.nodeid = parse_int("SLURM_NODEID", require(environ, "SLURM_NODEID", STEP_FIX))
         self.distribution = layout.parse_distribution(environ)
-        self._hosts: list[str] | None = None
+        self._nodes: nodes.NodeList | None = None
         self._placement: layout.Placement | layout.UnknownLayout | None = None
         self._check_counts()
 
@@ -82,7 +82,7 @@ class SlurmStep(Topology):
                 value=self.tasks_per_node,
                 fix="these come from the same step; do not set them by hand or mix in job values",
             )
-        if sum(self.counts) != self.ntasks:
+        if layout.total(self.counts) != self.ntasks:
             raise SlurmEnvError(
                 f"SLURM_STEP_TASKS_PER_NODE adds up to {sum(self.counts)} tasks but "
                 f"SLURM_STEP_NUM_TASKS={self.ntasks}",
@@ -114,19 +114,24 @@ class SlurmStep(Topology):
             )
 
     # Topology ---------------------------------------------------------------------------
-    def hosts(self) -> list[str]:
-        if self._hosts is None:
-            hosts = nodes.expand(self.nodelist, "SLURM_STEP_NODELIST")
-            if len(hosts) != self.nnodes:
+    def node_list(self) -> nodes.NodeList:
+        """SLURM_STEP_NODELIST, checked and counted on first use, not expanded: looking up
+        one node costs time in the length of the text, not in the number of nodes."""
+        if self._nodes is None:
+            listed = nodes.NodeList(self.nodelist, "SLURM_STEP_NODELIST")
+            if len(listed) != self.nnodes:
                 raise SlurmEnvError(
-                    f"SLURM_STEP_NODELIST names {len(hosts)} nodes but "
+                    f"SLURM_STEP_NODELIST names {len(listed)} nodes but "
                     f"SLURM_STEP_NUM_NODES={self.nnodes}",
                     variable="SLURM_STEP_NODELIST",
                     value=self.nodelist,
                     fix="these come from the same step; do not set them by hand or mix in job values",
                 )
-            self._hosts = hosts
-        return self._hosts
+            self._nodes = listed
+        return self._nodes
+
+    def hosts(self) -> list[str]:
+        return self.node_list().names()
 
     def placement(self) -> layout.Placement | layout.UnknownLayout:
         """The layout, or UnknownLayout with the reason it cannot be known."""
@@ -199,11 +204,22 @@ class SlurmStep(Topology):
                     f"SLURM_STEP_TASKS_PER_NODE={self.tasks_per_node} for node {self.nodeid}",
                     variable="SLURM_GTIDS", value=gtids_text, fix=STEP_FIX,
                 )
-        placed = self.placement()
-        if isinstance(placed, layout.UnknownLayout):
+        dist = self.distribution
+        if isinstance(dist, layout.UnknownLayout):
             return
-        node, local = placed.node_of[self.procid], placed.local_of[self.procid]
-        expected = placed.ranks_on(self.nodeid) if gtids is not None else None
+        expected: list[int] | None = None
+        if dist.kind == "arbitrary":
+            placed = self.placement()
+            if isinstance(placed, layout.UnknownLayout):
+                return
+            node, local = placed.node_of[self.procid], placed.local_of[self.procid]
+            if gtids is not None:
+                expected = placed.ranks_on(self.nodeid)
+        else:
+            # This task's own place only; the whole layout is built if an output needs it.
+            node, local = layout.locate(self.counts, dist, self.procid)
+            if gtids is not None:
+                expected = layout.ranks_on(self.counts, dist, self.nodeid)
         if node != self.nodeid or local != self.localid or (gtids is not None and gtids != expected):
             raise SlurmEnvError(
                 f"Slurm placed this task (rank {self.procid}) on node {self.nodeid} as local rank "
@@ -216,10 +232,10 @@ class SlurmStep(Topology):
                 "layout?); pass -m block, -m cyclic or -m plane=N to srun",
             )
         name = self.environ.get("SLURMD_NODENAME")
-        if name and self.hosts()[self.nodeid] != name:
+        if name and self.node_list()[self.nodeid] != name:
             raise SlurmEnvError(
-                f"SLURM_NODEID={self.nodeid} is {self.hosts()[self.nodeid]} in SLURM_STEP_NODELIST "
-                f"but this node is {name}",
+                f"SLURM_NODEID={self.nodeid} is {self.node_list()[self.nodeid]} in "
+                f"SLURM_STEP_NODELIST but this node is {name}",
                 variable="SLURMD_NODENAME", value=name, fix=STEP_FIX,
             )
 
@@ -227,8 +243,13 @@ class SlurmStep(Topology):
         """The node holding rank 0: the first node for block, cyclic and plane layouts."""
         dist = self.distribution
         if isinstance(dist, layout.Distribution) and dist.kind != "arbitrary":
-            return self.hosts()[0]
-        return self.hosts()[self.known().node_of[0]]
+            return self.node_list()[0]
+        return self.node_list()[self.known().node_of[0]]
+
+    def tf_source(self) -> str:
+        """Where TF_CONFIG comes from (for ``sources``); call after :meth:`use`."""
+        return f"{self.layout_name()} layout, TensorFlow ports " \
+            f"{self.port_plan.tf[: layout.largest(self.counts)]} by local rank"
 
     def use(self, options: Options, port_plan: ports.Ports, ephemeral: tuple[int, int] | None) -> None:
         """Remember the address options and ports that the worker list is built from."""
@@ -236,9 +257,9 @@ class SlurmStep(Topology):
         self.port_plan = port_plan
         self.ephemeral = ephemeral
 
-    def tf_workers(self) -> list[str]:
-        """``host:port`` per rank; the port of a rank is the TF port of its local rank."""
-        plan, needed = self.port_plan, max(self.counts)
+    def step_tf_ports(self) -> list[int]:
+        """The TF port of each local rank (the same on every node); refuses too few."""
+        plan, needed = self.port_plan, layout.largest(self.counts)
         if len(plan.tf) < needed:
             raise SlurmEnvError(
                 f"TF_CONFIG needs {needed} ports per node but only {len(plan.tf)} are available "
@@ -248,11 +269,28 @@ class SlurmStep(Topology):
                 fix="reserve ports with srun --resv-ports, use a wider --port-range, or export "
                 "without TF_CONFIG (--for torch)",
             )
-        for port in plan.tf[: self.counts[self.nodeid]]:
+        return plan.tf[:needed]
+
+    def tf_workers(self) -> list[str]:
+        """``host:port`` per rank; the port of a rank is the TF port of its local rank."""
+        tf_ports = self.step_tf_ports()
+        for port in tf_ports[: self.counts[self.nodeid]]:
             ports.check_outside(port, self.ephemeral, "TF_CONFIG port")
-        hosts = [_address(host, self.options) for host in self.hosts()]
+        hosts = self.hosts()
+        if self.options.addr_template:
+            hosts = [_address(host, self.options) for host in hosts]
         placed = self.known()
-        return [f"{hosts[n]}:{plan.tf[k]}" for n, k in zip(placed.node_of, placed.local_of)]
+        suffixes = [f":{port}" for port in tf_ports]
+        return [hosts[n] + suffixes[k] for n, k in zip(placed.node_of, placed.local_of)]
+
+
+def new_step(environ: Mapping[str, str]) -> SlurmStep:
+    """The step's topology; a heterogeneous step (``srun A : B``) has its own (``het.py``)."""
+    if environ.get("SLURM_HET_SIZE") or environ.get("SLURM_PACK_SIZE"):
+        from . import het
+
+        return het.step(environ)
+    return SlurmStep(environ)
 
 
 def _check_inherited(environ: Mapping[str, str], step: SlurmStep) -> list[str]:
@@ -296,7 +334,7 @@ def resolve(environ: Mapping[str, str], options: Options, ephemeral: tuple[int, 
         from . import local
 
         return local.resolve(environ, options, ephemeral, launcher="slurm-interactive-step")
-    slurm = SlurmStep(environ)
+    slurm = new_step(environ)
     slurm.check_self()
     notes = _check_inherited(environ, slurm)
 
@@ -319,8 +357,8 @@ def resolve(environ: Mapping[str, str], options: Options, ephemeral: tuple[int, 
             ) from None
         addr_source += ", resolved by DNS"
 
-    max_local = max(slurm.counts)
-    port_plan = _ports(environ, options, job_number, step_number, max_local)
+    max_local = layout.largest(slurm.counts)
+    port_plan = _ports(environ, options, job_number, step_number, max_local, ephemeral)
     ports.check_outside(port_plan.master, ephemeral, "MASTER_PORT")
 
     slurm.use(options, port_plan, ephemeral)
@@ -335,8 +373,7 @@ def resolve(environ: Mapping[str, str], options: Options, ephemeral: tuple[int, 
         "NNODES": f"SLURM_STEP_NUM_NODES={slurm.nnodes}",
         "MASTER_ADDR": addr_source,
         "MASTER_PORT": port_plan.source,
-        "TF_CONFIG": f"{slurm.layout_name()} layout, TensorFlow ports {port_plan.tf[:max_local]} "
-        "by local rank",
+        "TF_CONFIG": slurm.tf_source(),
     }
     return Resolution(
         launcher="slurm",
@@ -348,7 +385,7 @@ def resolve(environ: Mapping[str, str], options: Options, ephemeral: tuple[int, 
         nnodes=slurm.nnodes,
         master_addr=master_addr,
         master_port=port_plan.master,
-        hostname=environ.get("SLURMD_NODENAME") or slurm.hosts()[slurm.nodeid],
+        hostname=environ.get("SLURMD_NODENAME") or slurm.node_list()[slurm.nodeid],
         job_id=job,
         step_id=step,
         sources=sources,
@@ -359,7 +396,12 @@ def resolve(environ: Mapping[str, str], options: Options, ephemeral: tuple[int, 
 
 
 def _ports(
-    environ: Mapping[str, str], options: Options, job: int, step: int, tasks: int
+    environ: Mapping[str, str],
+    options: Options,
+    job: int,
+    step: int,
+    tasks: int,
+    ephemeral: tuple[int, int] | None = None,
 ) -> ports.Ports:
     """MASTER_PORT and TF ports: explicit port, then Slurm's reserved ports, then the formula."""
     explicit: tuple[int, str] | None = None
@@ -378,6 +420,7 @@ def _ports(
         return ports.Ports(
             listed[0], listed[1:], f"SLURM_STEP_RESV_PORTS={reserved} (reserved by Slurm)"
         )
+    ports.check_range_outside(options.port_range, ephemeral, "SLURMENV_PORT_RANGE")
     return ports.block_ports(job, step, options.port_range, tasks)
 
 
