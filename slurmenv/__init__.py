@@ -31,6 +31,8 @@ def resolve(
     addr_template: str | None = None,
     resolve_addr: bool | None = None,
     tf_chief: bool | None = None,
+    bind_gpus: bool | None = None,
+    threads: bool | None = None,
     ephemeral_range: tuple[int, int] | None | object = _AUTO,
 ) -> Resolution:
     """Resolve this task's distributed environment from ``environ`` (default ``os.environ``).
@@ -52,6 +54,8 @@ def resolve(
         addr_template=addr_template,
         resolve_addr=resolve_addr,
         tf_chief=tf_chief,
+        bind_gpus=bind_gpus,
+        threads=threads,
     )
     ephemeral = ports.ephemeral_range() if ephemeral_range is _AUTO else ephemeral_range
     return launchers.resolve(env, opts, ephemeral)  # type: ignore[arg-type]

@@ -6,8 +6,8 @@ Variables let a choice made once in the batch script reach every task through ``
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import NamedTuple
 
+from ._compat import NamedTuple  # not typing's: see _compat
 from .errors import SlurmEnvError
 from .ports import DEFAULT_RANGE, parse_port, parse_range
 
@@ -24,6 +24,10 @@ class Options(NamedTuple):
     * ``resolve_addr``: turn ``MASTER_ADDR`` into an IP address with one DNS lookup
       (``SLURMENV_RESOLVE_ADDR=1``); the only option that touches DNS.
     * ``tf_chief``: make rank 0 TensorFlow's ``chief`` (``SLURMENV_TF_CHIEF=1``).
+    * ``bind_gpus``: give each task of a node its share of the GPU list the node's tasks share
+      (``SLURMENV_BIND_GPUS=1``; off by default; see ``slurmenv.gpus``).
+    * ``threads``: set ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS`` and ``OPENBLAS_NUM_THREADS``
+      when unset (on by default; ``SLURMENV_THREADS=0`` turns it off; see ``slurmenv.threads``).
     """
 
     port: int | None = None
@@ -31,10 +35,14 @@ class Options(NamedTuple):
     addr_template: str | None = None
     resolve_addr: bool = False
     tf_chief: bool = False
+    bind_gpus: bool = False
+    threads: bool = True
 
 
-def _flag(environ: Mapping[str, str], name: str) -> bool:
-    value = environ.get(name, "").strip().lower()
+def _flag(environ: Mapping[str, str], name: str, default: bool = False) -> bool:
+    if not environ.get(name, "").strip():
+        return default
+    value = environ[name].strip().lower()
     if value in TRUE:
         return True
     if value in FALSE:
@@ -46,12 +54,16 @@ def _flag(environ: Mapping[str, str], name: str) -> bool:
 
 def check_template(template: str, variable: str) -> str:
     """A host template must contain ``{host}`` and nothing else in braces."""
+    # Parse rather than format: "{host.upper}" or "{host:>999999999}" would run code or
+    # exhaust memory when formatted.
+    from string import Formatter  # only when a template is given (not on export's path)
+
     try:
-        template.format(host="node")
-    except (KeyError, IndexError, ValueError):
-        ok = False
-    else:
-        ok = "{host}" in template
+        fields = [field for _, field, spec, conv in Formatter().parse(template)
+                  if field is not None or spec or conv]
+    except ValueError:
+        fields = None
+    ok = bool(fields) and all(field == "host" for field in fields or ()) and "{host}" in template
     if not ok:
         raise SlurmEnvError(
             "address template must contain {host} and no other {field}",
@@ -75,6 +87,8 @@ def from_environ(environ: Mapping[str, str], **given: object) -> Options:
         )
     values["resolve_addr"] = _flag(environ, "SLURMENV_RESOLVE_ADDR")
     values["tf_chief"] = _flag(environ, "SLURMENV_TF_CHIEF")
+    values["bind_gpus"] = _flag(environ, "SLURMENV_BIND_GPUS")
+    values["threads"] = _flag(environ, "SLURMENV_THREADS", default=True)
     for key, value in given.items():
         if key not in Options._fields:
             raise TypeError(f"unknown option {key!r}")

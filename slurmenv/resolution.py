@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, Callable
 
-from . import tfconfig
+from ._compat import TYPE_CHECKING
 from .errors import SlurmEnvError
+
+if TYPE_CHECKING:
+    from typing import Any
 
 #: What ``env()`` emits for each ``for_`` choice, in output order.
 TORCH_NAMES = (
@@ -16,7 +18,23 @@ TORCH_NAMES = (
     "NNODES", "MASTER_ADDR", "MASTER_PORT",
 )
 TF_NAMES = ("TF_CONFIG",)
-OUTPUTS = {"torch": TORCH_NAMES, "tf": TF_NAMES, "all": TORCH_NAMES + TF_NAMES}
+#: torchrun's own variables for its options: a plain ``torchrun train.py`` per node joins the
+#: step (slurmenv/torchrun.py; not part of "all").
+TORCHRUN_NAMES = (
+    "PET_NNODES", "PET_NPROC_PER_NODE", "PET_RDZV_BACKEND", "PET_RDZV_ENDPOINT", "PET_RDZV_ID",
+    "PET_RDZV_CONF",
+)
+#: Per-task settings, emitted (after the others) by "torch", "tf" and "all" only when the
+#: resolution has a value for them: GPU lists narrowed by GPU binding (slurmenv/gpus.py) and
+#: thread counts the user left unset (slurmenv/threads.py).
+GPU_NAMES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ZE_AFFINITY_MASK")
+THREAD_NAMES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+BINDING_NAMES = GPU_NAMES + THREAD_NAMES
+OUTPUTS = {
+    "torch": TORCH_NAMES + BINDING_NAMES, "tf": TF_NAMES + BINDING_NAMES,
+    "all": TORCH_NAMES + TF_NAMES + BINDING_NAMES,
+    "torchrun": TORCHRUN_NAMES,
+}
 
 
 class Topology:
@@ -51,11 +69,19 @@ class Resolution:
     Attributes are read-only. ``sources`` maps each output variable to a sentence saying which
     input variables it came from; ``notes`` are remarks worth showing a user (overrides taken,
     values inherited from another launcher).
+
+    ``bindings`` holds the per-task settings to export besides the distributed ones (GPU lists
+    narrowed by GPU binding, thread counts that were unset); ``gpus`` is the GPU list this task
+    sees once they are applied (None when no GPU list is set) and
+    ``gpu_source`` says where it comes from.
     """
 
     __slots__ = (
         "_cache",
         "_topology",
+        "bindings",
+        "gpu_source",
+        "gpus",
         "hostname",
         "job_id",
         "launcher",
@@ -88,6 +114,9 @@ class Resolution:
     sources: Mapping[str, str]
     notes: tuple[str, ...]
     tf_chief: bool
+    bindings: Mapping[str, str]
+    gpus: tuple[str, ...] | None
+    gpu_source: str
     _topology: Topology
     _cache: dict[str, Any]
 
@@ -111,6 +140,9 @@ class Resolution:
         tf_chief: bool = False,
         topology: Topology | None = None,
         tf_config: Callable[[], dict[str, Any]] | None = None,
+        bindings: Mapping[str, str] | None = None,
+        gpus: Sequence[str] | None = None,
+        gpu_source: str = "",
     ) -> None:
         values = {
             "launcher": launcher, "rank": rank, "local_rank": local_rank, "world_size": world_size,
@@ -119,12 +151,40 @@ class Resolution:
             "job_id": job_id, "step_id": step_id, "sources": MappingProxyType(dict(sources or {})),
             "notes": tuple(notes), "tf_chief": tf_chief, "_topology": topology or Topology(),
             "_cache": {} if tf_config is None else {"tf_config_fn": tf_config},
+            "bindings": MappingProxyType(dict(bindings or {})),
+            "gpus": None if gpus is None else tuple(gpus), "gpu_source": gpu_source,
         }
         for key, value in values.items():
             object.__setattr__(self, key, value)
 
     def __setattr__(self, key: str, value: object) -> None:
         raise AttributeError(f"Resolution is immutable (tried to set {key})")
+
+    def __delattr__(self, key: str) -> None:
+        raise AttributeError(f"Resolution is immutable (tried to delete {key})")
+
+    def with_bindings(
+        self,
+        bindings: Mapping[str, str],
+        *,
+        gpus: Sequence[str] | None,
+        gpu_source: str,
+        sources: Mapping[str, str] = MappingProxyType({}),
+        notes: Sequence[str] = (),
+    ) -> Resolution:
+        """A copy with per-task settings (GPU lists, thread counts) added; self is unchanged."""
+        new = object.__new__(Resolution)
+        for key in self.__slots__:
+            object.__setattr__(new, key, getattr(self, key))
+        changes = {
+            "bindings": MappingProxyType({**self.bindings, **bindings}),
+            "gpus": None if gpus is None else tuple(gpus), "gpu_source": gpu_source,
+            "sources": MappingProxyType({**self.sources, **sources}),
+            "notes": self.notes + tuple(notes), "_cache": dict(self._cache),
+        }
+        for key, value in changes.items():
+            object.__setattr__(new, key, value)
+        return new
 
     def __repr__(self) -> str:
         return (
@@ -158,6 +218,8 @@ class Resolution:
         fn = self._cache.get("tf_config_fn")
         if fn is not None:
             return fn()  # type: ignore[no-any-return]
+        from . import tfconfig  # only outputs with TF_CONFIG need it
+
         workers = self._cached("tf_workers", self._topology.tf_workers)
         return tfconfig.build(workers, self.rank, self.tf_chief)
 
@@ -169,13 +231,18 @@ class Resolution:
     def env(self, for_: str = "all") -> dict[str, str]:
         """The variables to export, as strings: ``for_`` is ``"torch"``, ``"tf"`` or ``"all"``.
 
+        Each set ends with this task's ``bindings`` (GPU lists, thread counts), if any.
         Raises SlurmEnvError if any of them cannot be computed (then nothing should be set).
         """
         if for_ not in OUTPUTS:
             raise SlurmEnvError(
                 f"unknown output set {for_!r}", variable="--for", value=for_,
-                fix="use torch, tf or all",
+                fix="use one of: " + ", ".join(OUTPUTS),
             )
+        if for_ == "torchrun":
+            from .torchrun import pet_env  # only this output needs it
+
+            return pet_env(self)
         values = {
             "RANK": self.rank, "LOCAL_RANK": self.local_rank, "WORLD_SIZE": self.world_size,
             "LOCAL_WORLD_SIZE": self.local_world_size, "NODE_RANK": self.node_rank,
@@ -184,7 +251,12 @@ class Resolution:
         }
         out: dict[str, str] = {}
         for name in OUTPUTS[for_]:
-            if name == "TF_CONFIG":
+            if name in BINDING_NAMES:
+                if name in self.bindings:
+                    out[name] = self.bindings[name]
+            elif name == "TF_CONFIG":
+                from . import tfconfig
+
                 out[name] = tfconfig.dumps(self.tf_config)
             else:
                 out[name] = str(values[name])
@@ -199,14 +271,15 @@ class Resolution:
     ) -> dict[str, str]:
         """Set the variables in ``environ`` (default ``os.environ``); return what was set.
 
-        A variable the user already set to a different value is kept unless ``overwrite``;
-        nothing at all is set if any value cannot be computed.
+        A variable the user already set to a different value is kept unless ``overwrite``,
+        except the GPU lists of GPU binding, which narrow the list already there and so always
+        replace it; nothing at all is set if any value cannot be computed.
         """
         target = os.environ if environ is None else environ
         values = self.env(for_)
         applied = {}
         for name, value in values.items():
-            if overwrite or target.get(name) in (None, value):
+            if overwrite or name in GPU_NAMES or target.get(name) in (None, value):
                 target[name] = value
                 applied[name] = value
         return applied
@@ -223,6 +296,9 @@ class Resolution:
         }
         data["sources"] = dict(self.sources)
         data["notes"] = list(self.notes)
+        data["bindings"] = dict(self.bindings)
+        data["gpus"] = None if self.gpus is None else list(self.gpus)
+        data["gpu_source"] = self.gpu_source
         try:
             data["tf_config"] = self.tf_config
         except SlurmEnvError as exc:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from ..options import Options
 from ..resolution import Resolution
-from . import local, preset, slurm
+from . import preset, slurm  # local (socket) is imported only when used
 
 
 def detect(environ: Mapping[str, str]) -> str:
@@ -29,10 +29,32 @@ def detect(environ: Mapping[str, str]) -> str:
 def resolve(
     environ: Mapping[str, str], options: Options, ephemeral: tuple[int, int] | None
 ) -> Resolution:
-    """Resolve with the first launcher that is present."""
+    """Resolve with the first launcher that is present, then add the per-task settings."""
     name = detect(environ)
     if name == "preset":
-        return preset.resolve(environ, options.tf_chief)
-    if name == "slurm":
-        return slurm.resolve(environ, options, ephemeral)
-    return local.resolve(environ, options, ephemeral)
+        res = preset.resolve(environ, options.tf_chief)
+    elif name == "slurm":
+        res = slurm.resolve(environ, options, ephemeral)
+    else:
+        from . import local
+
+        res = local.resolve(environ, options, ephemeral)
+    return add_bindings(res, environ, options)
+
+
+def add_bindings(res: Resolution, environ: Mapping[str, str], options: Options) -> Resolution:
+    """``res`` with this task's GPU lists (GPU binding) and unset thread counts added."""
+    from .. import gpus, threads
+
+    gpu = gpus.plan(environ, res.local_rank, res.local_world_size, bind=options.bind_gpus)
+    bindings = dict(gpu.env)
+    sources = dict.fromkeys(gpu.env, gpu.source)
+    notes = list(gpu.notes)
+    if options.threads:
+        counts = threads.plan(environ)
+        bindings.update(counts.env)
+        sources.update(dict.fromkeys(counts.env, counts.source))
+        notes.extend(counts.notes)
+    return res.with_bindings(
+        bindings, gpus=gpu.gpus, gpu_source=gpu.source, sources=sources, notes=notes
+    )

@@ -1,0 +1,86 @@
+"""TensorFlow helper: a cluster resolver built in-process from the Slurm step (TF optional).
+
+>>> import slurmenv.tf, tensorflow as tf
+>>> strategy = tf.distribute.MultiWorkerMirroredStrategy(
+...     cluster_resolver=slurmenv.tf.cluster_resolver())
+
+No ``TF_CONFIG`` variable is involved, so there is no size limit: Linux refuses to start any
+program with one environment string over 128 KiB, which a ``TF_CONFIG`` of a few thousand
+workers exceeds. tensorflow is imported only when the function is called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .resolution import Resolution
+
+_CLASS: Any = None
+
+
+def _resolver_class() -> Any:
+    """``SlurmClusterResolver``: a TFConfigClusterResolver fed from a dict, not ``TF_CONFIG``.
+
+    Subclassing TFConfigClusterResolver (rather than SimpleClusterResolver) keeps
+    MultiWorkerMirroredStrategy counting local GPUs itself; SimpleClusterResolver would
+    report none unless told.
+    """
+    global _CLASS
+    if _CLASS is None:
+        import tensorflow as tf
+
+        base = tf.distribute.cluster_resolver.TFConfigClusterResolver
+
+        class SlurmClusterResolver(base):  # type: ignore[misc, valid-type]
+            """TensorFlow's view of a Slurm step, built by slurmenv (no ``TF_CONFIG`` read)."""
+
+            def __init__(self, config: dict[str, Any], rpc_layer: str = "grpc") -> None:
+                task = config["task"]
+                super().__init__(
+                    task_type=task["type"], task_id=int(task["index"]), rpc_layer=rpc_layer
+                )
+                self._slurmenv_cluster = {k: list(v) for k, v in config["cluster"].items()}
+
+            def cluster_spec(self) -> Any:
+                return tf.train.ClusterSpec(self._slurmenv_cluster)
+
+            def master(
+                self,
+                task_type: str | None = None,
+                task_id: int | None = None,
+                rpc_layer: str | None = None,
+            ) -> str:
+                spec = self.cluster_spec()
+                jobs = spec.jobs
+                if not jobs or (len(jobs) == 1 and len(spec.job_tasks(jobs[0])) == 1):
+                    return ""
+                address = spec.task_address(
+                    self.task_type if task_type is None else task_type,
+                    self.task_id if task_id is None else task_id,
+                )
+                layer = self.rpc_layer if rpc_layer is None else rpc_layer
+                return f"{layer}://{address}" if layer else str(address)
+
+        _CLASS = SlurmClusterResolver
+    return _CLASS
+
+
+def cluster_resolver(
+    resolution: Resolution | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    rpc_layer: str = "grpc",
+) -> Any:
+    """A ``tf.distribute.cluster_resolver`` for this task of the step.
+
+    It is a ``TFConfigClusterResolver`` subclass whose cluster spec, task type and task index
+    come from ``resolution.tf_config`` (``slurmenv.resolve(environ)`` unless given), never from
+    the ``TF_CONFIG`` variable. ``SLURMENV_TF_CHIEF=1`` (or ``resolve(tf_chief=True)``) makes
+    rank 0 the chief. Raises :class:`slurmenv.SlurmEnvError` when the step cannot be resolved.
+    """
+    from . import resolve
+
+    res = resolution if resolution is not None else resolve(environ)
+    config = res.tf_config
+    return _resolver_class()(config, rpc_layer=rpc_layer)

@@ -1,0 +1,89 @@
+"""Thread counts for OpenMP, MKL and OpenBLAS, when the user has not chosen them.
+
+Slurm never sets ``OMP_NUM_THREADS``. Left unset, OpenMP, MKL and OpenBLAS each start one
+thread per CPU of the machine in every task, so tasks sharing a node oversubscribe it. slurmenv
+sets them (on by default; ``--no-threads`` or ``SLURMENV_THREADS=0`` turns it off) to:
+
+1. ``SLURM_CPUS_PER_TASK`` when set (``srun -c N`` / ``--cpus-per-task=N``), else
+2. the number of CPUs this task may run on (its CPU affinity, which Slurm's task/affinity or
+   task/cgroup plugins narrow to the task's own CPUs).
+
+A value the user set is never replaced. When ``OMP_NUM_THREADS`` is set, nothing is set at all:
+MKL and OpenBLAS follow ``OMP_NUM_THREADS`` when their own variable is unset, so setting them
+would override the user's choice.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+
+from .errors import parse_int
+from .resolution import THREAD_NAMES
+
+#: Variables set, in output order: OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS.
+VARIABLES = THREAD_NAMES
+
+
+class Threads:
+    """``env``: variables to set (only unset ones); ``number``: the thread count (None when
+    nothing is set); ``source``: where it came from; ``notes``: what was left alone."""
+
+    # A plain class: a typing.NamedTuple costs 0.15 ms to create on the export path.
+    __slots__ = ("env", "notes", "number", "source")
+
+    def __init__(
+        self, env: dict[str, str], number: int | None, source: str, notes: tuple[str, ...] = ()
+    ) -> None:
+        self.env, self.number, self.source, self.notes = env, number, source, notes
+
+    def __repr__(self) -> str:
+        return (f"Threads(env={self.env!r}, number={self.number!r}, source={self.source!r}, "
+                f"notes={self.notes!r})")
+
+
+def affinity_count() -> int:
+    """How many CPUs this process may run on.
+
+    ``os.sched_getaffinity(0)`` where the OS has it (Linux): the same set psutil's
+    ``Process().cpu_affinity()`` returns, without importing psutil (12 ms) on the export path.
+    Elsewhere psutil's answer (imported here, lazily), and where psutil has none either (macOS)
+    the number of CPUs of the machine.
+    """
+    getaffinity = getattr(os, "sched_getaffinity", None)
+    if getaffinity is not None:
+        return len(getaffinity(0))
+    import psutil
+
+    cpus = getattr(psutil.Process(), "cpu_affinity", None)
+    if cpus is not None:
+        return len(cpus())
+    return psutil.cpu_count() or 1
+
+
+def plan(environ: Mapping[str, str], affinity: Callable[[], int] = affinity_count) -> Threads:
+    """The thread variables to set for a task with environment ``environ``.
+
+    ``affinity`` (called only when ``SLURM_CPUS_PER_TASK`` is unset) counts the task's CPUs.
+    """
+    omp = environ.get("OMP_NUM_THREADS")
+    if omp:
+        return Threads({}, None, f"OMP_NUM_THREADS={omp} already set",
+                       (f"OMP_NUM_THREADS={omp} was already set: kept, and MKL/OpenBLAS follow it",))
+    per_task = environ.get("SLURM_CPUS_PER_TASK")
+    if per_task:
+        count = parse_int(
+            "SLURM_CPUS_PER_TASK", per_task, minimum=1,
+            fix="SLURM_CPUS_PER_TASK is set by srun -c N; do not set it by hand",
+        )
+        source = f"SLURM_CPUS_PER_TASK={per_task.strip()}"
+    else:
+        count = max(1, affinity())
+        source = f"CPU affinity of this task ({count} CPUs; SLURM_CPUS_PER_TASK unset)"
+    env, kept = {}, []
+    for name in VARIABLES:
+        if environ.get(name):
+            kept.append(f"{name}={environ[name]} was already set: kept")
+        else:
+            env[name] = str(count)
+    return Threads(env, count, source, tuple(kept))

@@ -1,0 +1,371 @@
+"""``slurmenv torchrun``: one ``torchrun`` per node of a Slurm step, its options filled in.
+
+Typical use, in a batch script::
+
+    srun --ntasks-per-node=1 slurmenv torchrun train.py --epochs 3
+
+runs, on every node of the step, ``torchrun`` with
+
+* ``--nnodes`` = the step's node count,
+* ``--nproc-per-node`` = the GPUs this task sees (the list in ``CUDA_VISIBLE_DEVICES``, else
+  ``ROCR_VISIBLE_DEVICES``, ``GPU_DEVICE_ORDINAL``, ``ZE_AFFINITY_MASK``; counted without
+  importing torch), else 1 (give ``--nproc-per-node`` yourself on CPU nodes),
+* ``--rdzv-backend=c10d``, ``--rdzv-endpoint=<node of rank 0>:<slurmenv's port for the step>``,
+  ``--rdzv-id=<job>.<step>`` and ``--rdzv-conf=is_host=1`` on the node that hosts the
+  rendezvous (``is_host=0`` elsewhere), so the store's host never depends on name lookups,
+* ``--local-addr=<this node through the address template>`` when an address template is set.
+
+An option you give yourself (on the command line or as torchrun's own ``PET_<OPTION>``
+variable) wins: slurmenv then does not pass that option. With ``--rdzv-backend=static``
+slurmenv fills ``--node-rank``, ``--master-addr`` and ``--master-port`` instead of the c10d
+options. ``--node-rank`` is not passed with c10d: torchrun ignores it there (with a warning)
+and numbers the nodes itself at the rendezvous.
+
+:func:`pet_env` gives the same values as torchrun's ``PET_*`` variables for users who call
+``torchrun`` themselves (``slurmenv export --for torchrun``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+from . import _AUTO
+from .errors import SlurmEnvError
+from .resolution import TORCHRUN_NAMES as PET_NAMES
+from .resolution import Resolution
+
+#: torchrun options that take a value (canonical long name, without the leading ``--``).
+VALUE_OPTIONS = (
+    "nnodes", "nproc-per-node", "rdzv-backend", "rdzv-endpoint", "rdzv-id", "rdzv-conf",
+    "max-restarts", "monitor-interval", "start-method", "event-log-handler", "role", "log-dir",
+    "redirects", "tee", "local-ranks-filter", "duplicate-stdout-filters",
+    "duplicate-stderr-filters", "node-rank", "master-addr", "master-port", "local-addr",
+    "logs-specs", "numa-binding", "signals-to-handle", "shutdown-timeout",
+)
+#: torchrun options that are flags.
+FLAG_OPTIONS = ("standalone", "module", "no-python", "run-path", "virtual-local-rank", "help")
+SHORT_OPTIONS = {"-r": "redirects", "-t": "tee", "-m": "module", "-h": "help"}
+#: Options whose value torchrun also reads from ``PET_<NAME>`` (``--help`` excluded).
+PET_OPTIONS = tuple(o for o in VALUE_OPTIONS + FLAG_OPTIONS if o not in ("logs-specs",
+                                                                       "numa-binding", "help"))
+
+#: Variables another launcher layer may have left; torchrun sets its own for its workers.
+LAUNCHER_VARIABLES = (
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+    "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "NODE_RANK", "NNODES",
+)
+ONE_PER_NODE_FIX = (
+    "start one task per node, e.g. srun --ntasks-per-node=1 slurmenv torchrun train.py: torchrun "
+    "starts the node's processes itself (--nproc-per-node sets how many)"
+)
+
+
+def pet_name(option: str) -> str:
+    """torchrun's environment variable for an option: ``nproc-per-node`` -> ``PET_NPROC_PER_NODE``."""
+    return "PET_" + option.replace("-", "_").upper()
+
+
+def nproc_per_node(res: Resolution) -> tuple[int, str]:
+    """torchrun's ``--nproc-per-node`` for this node, with the reason: one process per GPU
+    this task sees (``res.gpus``: the first of ``CUDA_VISIBLE_DEVICES``,
+    ``ROCR_VISIBLE_DEVICES``, ``GPU_DEVICE_ORDINAL``, ``ZE_AFFINITY_MASK`` that is set), else 1.
+    """
+    if res.gpus:
+        return len(res.gpus), f"one process per GPU ({res.gpu_source})"
+    why = f"no GPU in {res.gpu_source}" if res.gpus is not None else "no GPU list set"
+    return 1, f"{why}: 1 process (pass --nproc-per-node=N for more)"
+
+
+def check_one_per_node(res: Resolution) -> None:
+    """Refuse a step that runs more than one task on some node (one torchrun per node), and
+    a resolution made inside another launcher (torchrun's workers)."""
+    if res.launcher not in ("slurm", "local", "slurm-interactive-step"):
+        raise SlurmEnvError(
+            f"already inside a launcher ({res.launcher}) that set RANK and WORLD_SIZE: "
+            "torchrun would start processes inside its processes",
+            variable="RANK", value=str(res.rank),
+            fix="start torchrun from the batch script's srun, not from a training process",
+        )
+    if res.world_size != res.nnodes or res.local_world_size != 1:
+        raise SlurmEnvError(
+            f"torchrun needs exactly one task per node, but this step runs {res.world_size} "
+            f"tasks on {res.nnodes} nodes ({res.local_world_size} on this one)",
+            variable="SLURM_STEP_TASKS_PER_NODE",
+            # The Slurm step's own text (the step topology keeps it), e.g. "2(x2)".
+            value=getattr(res._topology, "tasks_per_node", None),
+            fix=ONE_PER_NODE_FIX,
+        )
+
+
+def rdzv_id(res: Resolution) -> str:
+    """``<job>.<step>``: unique per step, equal on every node of the step."""
+    if res.job_id and res.step_id:
+        return f"{res.job_id}.{res.step_id}"
+    return f"slurmenv-{res.master_port}"  # single node outside Slurm: one agent only
+
+
+def filled_values(
+    res: Resolution,
+    backend: str = "c10d",
+    addr_template: str | None = None,
+) -> dict[str, str]:
+    """The torchrun options slurmenv fills for this node (canonical name -> value).
+
+    ``backend`` is the rendezvous backend in use (slurmenv's ``c10d`` unless the user chose
+    another): ``static`` gets ``master-addr``/``master-port``; ``c10d`` the endpoint, id and
+    ``is_host``; any other backend only the id.
+    """
+    check_one_per_node(res)
+    nproc, _ = nproc_per_node(res)
+    values = {
+        "nnodes": str(res.nnodes),
+        "nproc-per-node": str(nproc),
+        "rdzv-backend": backend,
+    }
+    if backend == "static":
+        # Only the static backend uses --node-rank; c10d assigns node ranks at rendezvous
+        # (torchrun warns that it ignores --node-rank there).
+        values["node-rank"] = str(res.node_rank)
+        values["master-addr"] = res.master_addr
+        values["master-port"] = str(res.master_port)
+        return values
+    values["rdzv-id"] = rdzv_id(res)
+    if backend == "c10d":
+        values["rdzv-endpoint"] = f"{res.master_addr}:{res.master_port}"
+        # One task per node: the task of rank 0 is alone on the node of rank 0.
+        values["rdzv-conf"] = f"is_host={1 if res.rank == 0 else 0}"
+        if addr_template:
+            values["local-addr"] = addr_template.format(host=res.hostname)
+    return values
+
+
+def pet_env(res: Resolution) -> dict[str, str]:
+    """torchrun's ``PET_*`` variables for this node, so that a plain ``torchrun train.py``
+    started once per node (``srun --ntasks-per-node=1``) joins the step.
+
+    Raises SlurmEnvError when the step runs more than one task on a node.
+    """
+    values = filled_values(res)
+    return {name: values[name[4:].lower().replace("_", "-")] for name in PET_NAMES}
+
+
+# -- the command line ----------------------------------------------------------------------
+
+
+def _canonical(token: str) -> tuple[str | None, str | None]:
+    """``(option, inline value)`` for a torchrun option token; option None when unknown.
+
+    Accepts ``--a-b``/``--a_b``, ``--opt=value``, unique prefixes (argparse's abbreviations)
+    and ``-r3``-style short options.
+    """
+    if token.startswith("--"):
+        name, eq, inline = token[2:].partition("=")
+        name = name.replace("_", "-")
+        known = VALUE_OPTIONS + FLAG_OPTIONS
+        if name in known:
+            return name, inline if eq else None
+        matches = [option for option in known if option.startswith(name)] if name else []
+        if len(matches) == 1:
+            return matches[0], inline if eq else None
+        return None, inline if eq else None
+    head = token[:2]
+    if head in SHORT_OPTIONS:
+        rest = token[2:].removeprefix("=")
+        return SHORT_OPTIONS[head], rest or None
+    return None, None
+
+
+def scan(args: Sequence[str]) -> tuple[dict[str, str], int]:
+    """The torchrun options in ``args`` before the training script, and the script's index.
+
+    Returns ``({option: value}, index)``; flags have the value ``""``. ``index`` is
+    ``len(args)`` when there is no script.
+    """
+    given: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if token == "--" or not token.startswith("-") or token == "-":
+            return given, i + 1 if token == "--" else i
+        option, inline = _canonical(token)
+        if option in VALUE_OPTIONS:
+            if inline is None:
+                i += 1
+                inline = args[i] if i < len(args) else ""
+            given[option] = inline
+        elif option is not None:
+            given[option] = ""
+        i += 1
+    return given, i
+
+
+class Launch(NamedTuple):
+    """What ``slurmenv torchrun`` runs: the command and its environment."""
+
+    argv: list[str]
+    environ: dict[str, str]
+    filled: dict[str, str]
+    resolution: Resolution
+
+
+def torchrun_command() -> list[str]:
+    """``torchrun`` from ``PATH``, else ``python -m torch.distributed.run`` (this Python)."""
+    import shutil
+
+    found = shutil.which("torchrun")
+    return [found] if found else [sys.executable, "-m", "torch.distributed.run"]
+
+
+def build(
+    args: Sequence[str],
+    environ: Mapping[str, str],
+    *,
+    port: int | None = None,
+    port_range: str | None = None,
+    addr_template: str | None = None,
+    resolve_addr: bool | None = None,
+    ephemeral_range: tuple[int, int] | None | object = _AUTO,
+) -> Launch:
+    """Resolve this node and build the torchrun command line for the user's ``args``.
+
+    Nothing is executed. Raises SlurmEnvError with the reason when the step cannot run
+    torchrun (more than one task per node, outside a step, inside another launcher, ...).
+    """
+    from . import options, resolve
+
+    base = {k: v for k, v in environ.items() if k not in LAUNCHER_VARIABLES}
+    if environ.get("TORCHELASTIC_RUN_ID"):
+        raise SlurmEnvError(
+            "already inside torchrun (TORCHELASTIC_RUN_ID is set): torchrun would start "
+            "processes inside its processes",
+            variable="TORCHELASTIC_RUN_ID", value=environ["TORCHELASTIC_RUN_ID"],
+            fix="run slurmenv torchrun from the batch script's srun, not from a training process",
+        )
+    res = resolve(
+        base, port=port, port_range=port_range, addr_template=addr_template,
+        resolve_addr=resolve_addr,
+        ephemeral_range=ephemeral_range,
+    )
+    opts = options.from_environ(base, addr_template=addr_template)
+    given, _ = scan(args)
+    # torchrun's PET_<OPTION> variables are the same choice as the option: they win too.
+    for option in PET_OPTIONS:
+        value = base.get(pet_name(option))
+        if value and option not in given:
+            given[option] = value
+    if "standalone" in given and given["standalone"] != "0":
+        if res.nnodes > 1:
+            raise SlurmEnvError(
+                f"--standalone runs a single-node job, but this step spans {res.nnodes} nodes",
+                variable="--standalone", value="",
+                fix="drop --standalone: slurmenv fills a c10d rendezvous on the node of rank 0",
+            )
+        check_one_per_node(res)
+        wanted = {"nproc-per-node": str(nproc_per_node(res)[0])}
+    else:
+        backend = given.get("rdzv-backend", "c10d")
+        wanted = filled_values(res, backend, opts.addr_template)
+        if "rdzv-endpoint" in given:
+            wanted.pop("rdzv-conf", None)  # is_host is only known for our own endpoint
+    filled = {name: value for name, value in wanted.items() if name not in given}
+    argv = torchrun_command()
+    argv += [f"--{name}={value}" for name, value in filled.items()]
+    argv += list(args)
+    return Launch(argv, base, filled, res)
+
+
+USAGE = """\
+usage: slurmenv torchrun [--port P] [--port-range LO-HI] [--addr-template T] [--resolve-addr]
+                         [--dry-run] [--] [TORCHRUN OPTIONS] SCRIPT [ARGS...]
+
+Run torchrun with --nnodes, --nproc-per-node and a c10d rendezvous on the node
+of rank 0 (--rdzv-backend, --rdzv-endpoint, --rdzv-id, --rdzv-conf=is_host) filled in from
+the Slurm step. Start it once per node: srun --ntasks-per-node=1 slurmenv torchrun train.py
+
+Options you give torchrun (or its PET_<OPTION> variables) win over the filled-in ones.
+--nproc-per-node defaults to the GPUs this task sees (CUDA_VISIBLE_DEVICES, else
+ROCR_VISIBLE_DEVICES, GPU_DEVICE_ORDINAL, ZE_AFFINITY_MASK), else 1.
+
+slurmenv options (before the torchrun options; each also has a SLURMENV_* variable):
+  --port P             rendezvous port (SLURMENV_PORT; default: slurmenv's job/step port)
+  --port-range LO-HI   range of the job/step port formula (SLURMENV_PORT_RANGE)
+  --addr-template T    host name template, e.g. '{host}-ib' (SLURMENV_ADDR_TEMPLATE); also
+                       passed to torchrun as --local-addr
+  --resolve-addr       use the IP address of the rendezvous node (SLURMENV_RESOLVE_ADDR=1)
+  --dry-run            print the command and exit
+"""
+
+_OWN_VALUE = ("--port", "--port-range", "--addr-template")
+_OWN_FLAGS = ("--resolve-addr", "--dry-run")
+
+
+def parse_own(argv: Sequence[str]) -> tuple[dict[str, str | bool], list[str]]:
+    """slurmenv's own leading options (exact names only), then the rest for torchrun."""
+    own: dict[str, str | bool] = {}
+    i = 0
+    while i < len(argv):
+        name, eq, inline = argv[i].partition("=")
+        if name in _OWN_VALUE:
+            if eq:
+                own[name] = inline
+            elif i + 1 < len(argv):
+                i += 1
+                own[name] = argv[i]
+            else:
+                raise SlurmEnvError(f"{name} needs a value", variable=name, fix=USAGE.splitlines()[0])
+        elif argv[i] in _OWN_FLAGS:
+            own[argv[i]] = True
+        elif argv[i] in ("-h", "--help") and i == 0:
+            own["--help"] = True
+        elif argv[i] == "--":
+            return own, list(argv[i + 1:])
+        else:
+            break
+        i += 1
+    return own, list(argv[i:])
+
+
+def main(argv: Sequence[str]) -> int:
+    """``slurmenv torchrun``: resolve, fill in torchrun's options, exec torchrun."""
+    from . import ports
+    from .cli import print_error
+
+    try:
+        own, rest = parse_own(argv)
+        if own.get("--help"):
+            sys.stdout.write(USAGE)
+            return 0
+        if scan(rest)[1] >= len(rest) and "help" not in scan(rest)[0]:
+            sys.stderr.write("slurmenv: error: torchrun needs a training script\n" + USAGE)
+            return 2
+
+        def text(key: str) -> str | None:
+            value = own.get(key)
+            return value if isinstance(value, str) else None
+
+        port = text("--port")
+        launch = build(
+            rest, os.environ, port=None if port is None else ports.parse_port(port, "--port"),
+            port_range=text("--port-range"),
+            addr_template=text("--addr-template"),
+            resolve_addr=True if own.get("--resolve-addr") else None,
+        )
+    except SlurmEnvError as exc:
+        print_error(exc)
+        return 1
+    if own.get("--dry-run"):
+        import shlex
+
+        sys.stdout.write(shlex.join(launch.argv) + "\n")
+        return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(launch.argv[0], launch.argv, launch.environ)
+    except OSError as exc:
+        sys.stderr.write(f"slurmenv: error: cannot run {launch.argv[0]!r}: {exc.strerror}\n")
+        return 127
+    return 0  # pragma: no cover - execvpe does not return

@@ -1,0 +1,131 @@
+"""One torchrun per node on a real Slurm cluster (tests/slurm_harness.py; needs root).
+
+Nodes are network namespaces of this machine; node names resolve (through each namespace's
+hosts file) to the node's own address, which gloo uses, so no GLOO_SOCKET_IFNAME is needed.
+Every run is 2 nodes x 2 workers: ranks 0-3 each add rank + 1 with an all_reduce, so a sum of
+10 on every rank proves that all four joined the same group.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from slurm_harness import SlurmCluster, SrunResult, parse_labels
+
+pytestmark = pytest.mark.slurm
+
+CHECK = str(Path(__file__).parent / "programs" / "torchrun_check.py")
+TIMEOUT = 240
+
+
+def results_by_task(per_task: dict[int, list[str]]) -> dict[int, list[dict[str, Any]]]:
+    """Slurm task (= node) -> the RESULT lines its torchrun's workers printed."""
+    return {
+        task: [json.loads(line[7:]) for line in lines if line.startswith("RESULT ")]
+        for task, lines in per_task.items()
+    }
+
+
+def check_two_nodes_four_ranks(per_task: dict[int, list[str]], nodes: list[str]) -> None:
+    by_task = results_by_task(per_task)
+    assert sorted(by_task) == [0, 1]
+    everything = [r for results in by_task.values() for r in results]
+    assert sorted(r["rank"] for r in everything) == [0, 1, 2, 3]
+    assert {r["sum"] for r in everything} == {10.0}
+    assert {r["world_size"] for r in everything} == {4}
+    for task, results in by_task.items():
+        # Slurm task `task` ran on nodes[task]; its torchrun started two workers there.
+        assert [r["host"] for r in results] == [nodes[task]] * 2
+        assert sorted(r["env"]["LOCAL_RANK"] for r in results) == ["0", "1"]
+        assert len({r["env"]["GROUP_RANK"] for r in results}) == 1
+    run_ids = {r["env"]["TORCHELASTIC_RUN_ID"] for r in everything}
+    assert len(run_ids) == 1 and re.fullmatch(r"\d+\.\d+", run_ids.pop())
+
+
+def ok(res: SrunResult) -> SrunResult:
+    assert res.returncode == 0, f"{res.stdout}\n{res.stderr}"
+    return res
+
+
+def test_options_filled_from_the_real_step(slurm_cluster: SlurmCluster) -> None:
+    script = ('echo "PORTS=$SLURM_STEP_RESV_PORTS JOB=$SLURM_JOB_ID.$SLURM_STEP_ID"; '
+              "slurmenv torchrun --dry-run train.py")
+    cmd = ["bash", "-c", script]
+    res = ok(slurm_cluster.srun(["-N2", "--ntasks-per-node=1"], cmd))
+    for task, lines in res.per_task.items():
+        facts = dict(word.split("=", 1) for word in lines[0].split())
+        command = lines[1]
+        first_port = facts["PORTS"].split("-")[0]  # MpiParams=ports: Slurm reserved them
+        assert f"--rdzv-endpoint=r1n09:{first_port} " in command
+        assert f"--rdzv-id={facts['JOB']} " in command
+        assert "--nnodes=2 " in command and "--rdzv-backend=c10d " in command
+        assert f"--rdzv-conf=is_host={int(task == 0)} " in command
+        assert "--nproc-per-node=1 " in command  # CPU nodes: no GPU variable
+        assert command.endswith(" train.py")
+
+
+def test_slurmenv_torchrun_two_nodes_two_workers(slurm_cluster: SlurmCluster) -> None:
+    res = ok(slurm_cluster.srun(
+        ["-N2", "--ntasks-per-node=1"],
+        ["slurmenv", "torchrun", "--nproc-per-node=2", CHECK],
+        timeout=TIMEOUT,
+    ))
+    check_two_nodes_four_ranks(res.per_task, ["r1n09", "r1n10"])
+
+
+def test_plain_torchrun_with_exported_pet_variables(slurm_cluster: SlurmCluster) -> None:
+    script = f"eval $(slurmenv export --for torchrun); exec torchrun --nproc-per-node=2 {CHECK}"
+    res = ok(slurm_cluster.srun(["-N2", "--ntasks-per-node=1"], ["bash", "-c", script],
+                                timeout=TIMEOUT))
+    check_two_nodes_four_ranks(res.per_task, ["r1n09", "r1n10"])
+
+
+def test_refuses_two_tasks_per_node(slurm_cluster: SlurmCluster) -> None:
+    res = slurm_cluster.srun(
+        ["-N2", "--ntasks-per-node=2"], ["slurmenv", "torchrun", "--nproc-per-node=2", CHECK],
+        timeout=TIMEOUT,
+    )
+    assert res.returncode != 0
+    assert res.stderr.count("SLURM_STEP_TASKS_PER_NODE='2(x2)'") == 4  # every task says why
+    assert "srun --ntasks-per-node=1" in res.stderr
+    assert "RESULT" not in res.stdout
+
+
+def test_two_concurrent_steps_of_one_job(slurm_cluster: SlurmCluster) -> None:
+    step = f"srun --overlap --label slurmenv torchrun --nproc-per-node=2 {CHECK} > step$1.out"
+    script = f"#!/bin/sh\nrun() {{ {step}; }}\nrun 0 & run 1 & wait\ncat step0.out\necho ==\ncat step1.out\n"
+    job = slurm_cluster.sbatch(script, ["-N2", "--ntasks-per-node=1"], timeout=TIMEOUT)
+    assert job.returncode == 0, job.stderr
+    first, second = job.stdout.split("==\n")
+    ids = set()
+    for out in (first, second):
+        per_task = parse_labels(out)
+        check_two_nodes_four_ranks(per_task, ["r1n09", "r1n10"])
+        ids |= {r["env"]["TORCHELASTIC_RUN_ID"] for rs in results_by_task(per_task).values()
+                for r in rs}
+    assert ids == {f"{job.job_id}.0", f"{job.job_id}.1"}
+
+
+README_SBATCH = """#!/bin/bash
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --gres=gpu:2
+
+srun slurmenv torchrun {check}
+"""
+
+
+def test_readme_sbatch_example_on_gpu_nodes(slurm_gpu_cluster: SlurmCluster) -> None:
+    # Fake GPUs (character devices): Slurm sets CUDA_VISIBLE_DEVICES=0,1 on each node, and
+    # torchrun starts one worker per GPU without --nproc-per-node; the CPU build of torch
+    # then trains with gloo.
+    job = slurm_gpu_cluster.sbatch(
+        README_SBATCH.format(check=CHECK).replace("srun ", "srun --label "), timeout=TIMEOUT
+    )
+    assert job.returncode == 0, job.stderr
+    nodes = slurm_gpu_cluster.nodes
+    check_two_nodes_four_ranks(parse_labels(job.stdout), nodes[:2])

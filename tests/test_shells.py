@@ -1,0 +1,283 @@
+"""``slurmenv export --shell ...`` and ``--format ...`` read back by the real programs.
+
+Every shell format round-trips arbitrary values (quotes, ``$``, backquotes, backslashes,
+``!``, glob characters, blanks, newlines, unicode) through the real shell, evaluated exactly
+the way the README's usage line for that shell does; a failed export stops a script before its
+next command but leaves an interactive shell running. dash and bash have more tests in
+test_export_cli.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import dotenv
+import pytest
+import synth
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import slurmenv
+from slurmenv import render
+from slurmenv.errors import SlurmEnvError
+
+ROOT = Path(__file__).resolve().parent.parent
+DEBIAN_SHELLS = ("fish", "tcsh", "zsh")  # csh is tcsh on Debian (/etc/alternatives/csh)
+
+#: The README's usage line for each shell, and the program that runs it (kept in sync with
+#: README.md by test_readme_shows_these_lines).
+USAGE = {
+    "sh": ("dash", "eval $(slurmenv export)"),
+    "bash": ("bash", "eval $(slurmenv export)"),
+    "zsh": ("zsh", "eval $(slurmenv export --shell zsh)"),
+    "fish": ("fish", "eval (slurmenv export --shell fish)"),
+    "csh": ("csh", "eval `slurmenv export --shell csh`"),
+    "tcsh": ("tcsh", "eval `slurmenv export --shell tcsh`"),
+}
+# Other forms that work too (fish users often know `| string collect`; quoting in sh).
+EXTRA_FORMS = {
+    "sh": 'eval "$(slurmenv export)"',
+    "fish": "eval (slurmenv export --shell fish | string collect)",
+    "csh": 'eval "`slurmenv export --shell csh`"',
+}
+SPECIAL = "'\"$`\\!*?[]{}%~#&;|<>()^=,:- \t\n\r"
+VALUES = st.text(
+    st.one_of(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+              st.sampled_from(SPECIAL)),
+    max_size=24,
+)
+
+
+def _install_missing_shells() -> None:
+    missing = [name for name in DEBIAN_SHELLS if shutil.which(name) is None]
+    if missing and os.geteuid() == 0 and shutil.which("apt-get"):
+        subprocess.run("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install "
+                       f"-y -qq {' '.join(missing)}", shell=True, check=True)
+
+
+_install_missing_shells()
+
+
+def test_shells_are_installed() -> None:
+    missing = [p for p, _ in USAGE.values() if shutil.which(p) is None]
+    assert not missing, f"install them (Debian packages fish tcsh zsh): {missing}"
+
+
+def interpreter(shell: str, interactive: bool = False) -> list[str]:
+    """argv of ``shell`` without user start-up files."""
+    program = USAGE[shell][0]
+    norc = {"bash": ["--norc"], "zsh": ["-f"], "csh": ["-f"], "tcsh": ["-f"],
+            "fish": ["--no-config"]}.get(shell, [])
+    return [program, *norc, *(["-i"] if interactive else [])]
+
+
+def base_env(home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = synth.clean_env()
+    for name in ("ENV", "BASH_ENV", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env.pop(name, None)
+    bindir = os.path.dirname(shutil.which("slurmenv") or sys.executable)
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), bindir, env.get("PATH", "")])
+    env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / "config"),
+               XDG_DATA_HOME=str(home / "data"), LANG="C.UTF-8")
+    env.update(extra or {})
+    return env
+
+
+def run(argv: Sequence[str], env: Mapping[str, str], cwd: Path, stdin: str | None = None
+        ) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(list(argv), env=dict(env), cwd=cwd, capture_output=True, timeout=60,
+                          check=False, input=None if stdin is None else stdin.encode(),
+                          stdin=subprocess.DEVNULL if stdin is None else None)
+
+
+def exported(stdout: bytes, names: Sequence[str]) -> dict[str, str | None]:
+    """The variables ``names`` from ``env -0`` output (None: not exported)."""
+    found = dict(item.split(b"=", 1) for item in stdout.split(b"\0") if b"=" in item)
+    return {n: None if n.encode() not in found else found[n.encode()].decode() for n in names}
+
+
+def with_file(line: str, path: str) -> str:
+    """``line`` with the slurmenv command replaced by ``cat path`` (same evaluation)."""
+    return re.sub(r"slurmenv export[^)`|\"]*", f"cat {path}", line).replace("cat out  ", "cat out")
+
+
+def adversarial_files(cwd: Path, text: str) -> None:
+    """Files that a glob in ``text``'s words would match once unescaped, so a pathname
+    expansion the renderer failed to prevent changes the result."""
+    for word in set(text.split()):
+        name = word.replace("\\", "").replace("/", "_")
+        if name and name not in (".", "..") and len(name.encode()) < 255:
+            try:
+                (cwd / name).touch()
+            except OSError:
+                pass
+
+
+def round_trip(shell: str, line: str, values: Mapping[str, str], tmp: Path) -> None:
+    fmt = shell if shell != "sh" else "sh"
+    text = render.render(values, fmt)
+    work = tmp / "w"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    (work / "out").write_text(text, encoding="utf-8", errors="surrogateescape")
+    adversarial_files(work, text)
+    script = f"{with_file(line, 'out')}; env -0"
+    proc = run([*interpreter(shell), "-c", script], base_env(tmp), work)
+    assert proc.returncode == 0, (proc.stderr.decode(errors="replace"), text)
+    assert exported(proc.stdout, list(values)) == dict(values), text
+
+
+# --- renderers: arbitrary values through each real shell --------------------------------------
+
+@pytest.mark.parametrize("shell", list(USAGE))
+@given(values=st.lists(VALUES, min_size=1, max_size=4))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_round_trip(shell: str, values: list[str], tmp_path: Path) -> None:
+    if shell in ("csh", "tcsh"):
+        values = [v for v in values if "\n" not in v] or [""]
+    named = {f"SLURMENV_T{i}": v for i, v in enumerate(values)}
+    round_trip(shell, USAGE[shell][1], named, tmp_path)
+
+
+@pytest.mark.parametrize("shell", list(EXTRA_FORMS))
+@given(values=st.lists(VALUES, min_size=1, max_size=3))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_round_trip_other_forms(shell: str, values: list[str], tmp_path: Path) -> None:
+    if shell == "csh":
+        values = [v for v in values if "\n" not in v] or [""]
+    round_trip(shell, EXTRA_FORMS[shell], {f"V{i}": v for i, v in enumerate(values)}, tmp_path)
+
+
+@pytest.mark.parametrize("value", ["", "a  b", "*", "~", "{a,b}", "[ab]", "$HOME", "`id`",
+                                   "!!", "\\", "'", '"', "-n", "%s%%", "a\tb", "x\r", "été",
+                                   '{"cluster":{"worker":["n1:1","n2:1"]}}'])
+@pytest.mark.parametrize("shell", list(USAGE))
+def test_round_trip_examples(shell: str, value: str, tmp_path: Path) -> None:
+    round_trip(shell, USAGE[shell][1], {"V": value, "W": "plain"}, tmp_path)
+
+
+def test_csh_output_has_nothing_expanded_before_eval() -> None:
+    text = render.render({"A": SPECIAL.replace("\n", ""), "B": '{"a":[1]}'}, "csh")
+    assert not set(text) & set("*?[{~!$")
+    assert not set(render.FAILURE["csh"]) & set("*?[{~!$")
+
+
+def test_csh_refuses_a_newline() -> None:
+    with pytest.raises(SlurmEnvError) as err:
+        render.render({"MASTER_ADDR": "a\nb"}, "tcsh")
+    assert err.value.variable == "MASTER_ADDR" and "--format json" in str(err.value.fix)
+
+
+@given(st.dictionaries(st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}", fullmatch=True), VALUES))
+@settings(max_examples=300)
+def test_json_round_trip(values: dict[str, str]) -> None:
+    assert json.loads(render.render(values, "json")) == values
+
+
+@given(values=st.lists(VALUES, min_size=1, max_size=4))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_dotenv_round_trip(values: list[str], tmp_path: Path) -> None:
+    named = {f"V{i}": v for i, v in enumerate(values)}
+    (tmp_path / "task.env").write_text(render.render(named, "dotenv"), encoding="utf-8")
+    proc = run(["sh", "-c", "set -a; . ./task.env; set +a; env -0"], base_env(tmp_path), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert exported(proc.stdout, list(named)) == named
+    # python-dotenv reads the same file when no value holds a quote, a backslash or a control
+    # character (it reads "\r" as a newline)
+    if not any("'" in v or "\\" in v or any(ord(c) < 32 for c in v) for v in values):
+        assert dotenv.dotenv_values(tmp_path / "task.env") == named
+
+
+# --- the usage lines, exactly as documented, with the real slurmenv ---------------------------
+
+def preset(master_addr: str) -> dict[str, str]:
+    """Hand-set torch variables (the preset launcher passes MASTER_ADDR through as it is)."""
+    config = {"cluster": {"worker": [f"{master_addr}:1"]}, "task": {"type": "worker", "index": 0}}
+    return {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": master_addr, "MASTER_PORT": "29500",
+            "TF_CONFIG": json.dumps(config), "SLURM_CPUS_PER_TASK": "3"}
+
+
+@pytest.mark.parametrize("shell", list(USAGE))
+@given(addr=VALUES.filter(lambda v: v.strip() != ""))
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_usage_line_sets_every_variable(shell: str, addr: str, tmp_path: Path) -> None:
+    if shell in ("csh", "tcsh") and "\n" in addr:
+        addr = addr.replace("\n", "")
+    env = base_env(tmp_path, preset(addr))
+    want = slurmenv.resolve(env).env("all")
+    assert want["OMP_NUM_THREADS"] == "3" and want["MASTER_ADDR"] == addr
+    proc = run([*interpreter(shell), "-c", f"{USAGE[shell][1]}; env -0"], env, tmp_path)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    assert exported(proc.stdout, list(want)) == want
+
+
+def batch_env(home: Path) -> dict[str, str]:
+    """The batch script: inside a job, outside any step; export refuses it."""
+    env = synth.step_env(["n1"], [1], 0)
+    step_only = [n for n in env if n.startswith("SLURM_STEP") or n in ("SLURM_GTIDS", "SLURM_LOCALID")]
+    for name in step_only:
+        del env[name]
+    return base_env(home, env)
+
+
+@pytest.mark.parametrize("shell", list(USAGE))
+def test_failure_stops_a_script_before_its_next_command(shell: str, tmp_path: Path) -> None:
+    script = tmp_path / f"job.{shell}"
+    script.write_text(f"{USAGE[shell][1]}\necho NEXT-COMMAND-RAN\n")
+    proc = run([*interpreter(shell), str(script)], batch_env(tmp_path), tmp_path)
+    assert b"NEXT-COMMAND-RAN" not in proc.stdout
+    assert proc.returncode != 0
+    assert b"slurmenv: error: inside Slurm job" in proc.stderr
+
+
+@pytest.mark.parametrize("shell", list(USAGE))
+def test_failure_leaves_an_interactive_shell_running(shell: str, tmp_path: Path) -> None:
+    stdin = f"{USAGE[shell][1]}\necho STILL-HERE\nexit 7\n"
+    proc = run(interpreter(shell, interactive=True), batch_env(tmp_path), tmp_path, stdin=stdin)
+    assert b"STILL-HERE" in proc.stdout, proc.stderr.decode(errors="replace")
+    assert proc.returncode == 7
+    assert b"slurmenv: error: inside Slurm job" in proc.stderr
+
+
+@pytest.mark.parametrize("shell", ["csh", "tcsh"])
+def test_csh_newline_value_is_a_failure_not_a_wrong_value(shell: str, tmp_path: Path) -> None:
+    env = base_env(tmp_path, preset("n1\nn2"))
+    proc = run([*interpreter(shell), "-c", f"{USAGE[shell][1]}; echo NEXT-COMMAND-RAN"], env,
+               tmp_path)
+    assert b"NEXT-COMMAND-RAN" not in proc.stdout and proc.returncode != 0
+    assert b"MASTER_ADDR contains a newline" in proc.stderr
+
+
+@pytest.mark.parametrize("shell", list(USAGE))
+def test_a_typo_in_the_options_stops_the_script(shell: str, tmp_path: Path) -> None:
+    line = USAGE[shell][1].replace("slurmenv export", "slurmenv export --bnd-gpus")
+    proc = run([*interpreter(shell), "-c", f"{line}; echo NEXT-COMMAND-RAN"],
+               base_env(tmp_path), tmp_path)
+    assert b"NEXT-COMMAND-RAN" not in proc.stdout and proc.returncode != 0
+    assert b"unrecognized arguments: --bnd-gpus" in proc.stderr
+
+
+def test_format_json_and_dotenv_from_the_command_line(tmp_path: Path) -> None:
+    addr = "a 'b' \"c\" $d `e` \\f\n!*?[{"
+    env = base_env(tmp_path, preset(addr))
+    want = slurmenv.resolve(env).env("all")
+    out = run(["slurmenv", "export", "--format", "json"], env, tmp_path)
+    assert json.loads(out.stdout) == want
+    (tmp_path / "task.env").write_bytes(
+        run(["slurmenv", "export", "--format", "dotenv"], env, tmp_path).stdout)
+    proc = run(["sh", "-c", "set -a; . ./task.env; set +a; env -0"], base_env(tmp_path),
+               tmp_path)
+    assert exported(proc.stdout, list(want)) == want
+
+
+def test_readme_shows_these_lines() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    missing = [line for _, line in USAGE.values() if line not in readme]
+    assert not missing, f"README.md must show the tested usage lines: {missing}"
