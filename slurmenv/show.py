@@ -1,31 +1,297 @@
-"""``slurmenv show``: every value of this task with the variables it came from."""
+"""``slurmenv show``: what this task resolved and why, or the whole step as every task sees it.
+
+* ``slurmenv show``: this task's values with the variables each came from;
+* ``slurmenv show --all-ranks``: the whole step as a table (rank, node, local rank, node rank,
+  ports, GPUs), computed from the layout in any one task, without talking to the others;
+* ``srun slurmenv show --one-line``: one line per task, padded so the lines of all tasks
+  line up and ``sort`` puts them in rank order: the task that disagrees stands out;
+* ``--json`` for machines, ``--from FILE`` to replay a ``slurmenv dump`` from another machine.
+"""
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import os
+import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .cli import add_resolution_options, print_error, resolve_from_args
 from .errors import SlurmEnvError
+from .resolution import Resolution
+
+#: How the GPU column was computed (see gpu_column).
+GPUS_OWN_NODE = "own-node"
+GPUS_MODULE = "slurmenv.gpus"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="slurmenv show", description="Show this task's values and where each came from."
+        prog="slurmenv show",
+        description="Show this task's values and where each came from; --all-ranks shows the "
+        "whole step, --one-line one aligned line per task (srun slurmenv show --one-line).",
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--all-ranks", action="store_true",
+        help="the whole step as a table: rank, node, node rank, local rank, ports, GPUs "
+        "(computed here from the layout, no communication)",
+    )
+    mode.add_argument(
+        "--one-line", action="store_true",
+        help="one line for this task that lines up with the other tasks' lines and sorts by rank",
+    )
+    parser.add_argument("--json", action="store_true", help="JSON instead of text")
+    parser.add_argument(
+        "--from", dest="from_file", metavar="FILE",
+        help="replay a file written by 'slurmenv dump' instead of reading this environment",
     )
     add_resolution_options(parser)
     return parser
 
 
-def main(argv: Sequence[str]) -> int:
-    args = build_parser().parse_args(argv)
+# -- helpers shared with doctor ------------------------------------------------------------
+def rank_addresses(res: Resolution) -> list[str]:
+    """``host:port`` of every rank from TF_CONFIG's cluster, in rank order.
+
+    Raises SlurmEnvError when the worker list cannot be computed.
+    """
+    cluster = res.tf_config.get("cluster", {})
+    return [str(a) for a in list(cluster.get("chief", [])) + list(cluster.get("worker", []))]
+
+
+def port_of(address: str) -> int | None:
+    """The port of ``host:port`` (None when there is none)."""
+    _, colon, port = address.rpartition(":")
+    return int(port) if colon and port.isdigit() else None
+
+
+def host_of(address: str) -> str:
+    """The host of ``host:port`` (brackets of an IPv6 literal removed)."""
+    host, colon, port = address.rpartition(":")
+    if not colon or not port.isdigit():
+        host = address
+    return host.strip("[]")
+
+
+def layout_name(res: Resolution) -> str | None:
+    """``block``, ``cyclic``, ``plane=P``... for a Slurm step (None for other launchers)."""
+    name = getattr(res._topology, "layout_name", None)
+    if name is None:
+        return None
     try:
-        res = resolve_from_args(args)
-        values = res.env(args.for_)
+        return str(name())
+    except SlurmEnvError:
+        return None
+
+
+def _gpus_module_column(res: Resolution, environ: Mapping[str, str]) -> list[str] | None:
+    """Per-rank GPUs from ``slurmenv.gpus.per_rank`` (None when no GPU list is set)."""
+    from . import gpus
+
+    try:
+        values = gpus.per_rank(res, environ)
+    except SlurmEnvError:
+        return None
+    if values is None or len(values) != res.world_size:
+        return None
+    return ["?" if v is None else (",".join(v) or "none") for v in values]
+
+
+def _has_gpus(environ: Mapping[str, str]) -> bool:
+    return any(
+        environ.get(name) is not None
+        for name in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "SLURM_STEP_GPUS")
+    )
+
+
+def count_list(value: str) -> int:
+    return len([x for x in value.split(",") if x.strip()])
+
+
+def node_gpus(environ: Mapping[str, str]) -> int | None:
+    """The step's GPUs on this node (``SLURM_GPUS_ON_NODE``), None when Slurm does not say."""
+    text = environ.get("SLURM_GPUS_ON_NODE", "").strip()
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def bound_per_task(environ: Mapping[str, str]) -> bool:
+    """Whether Slurm gave each task its own GPUs (``--gpus-per-task``, ``--gpu-bind``).
+
+    Observed on Slurm 22.05: then ``SLURMD_TRES_BIND`` says ``per_task`` and each task's
+    ``CUDA_VISIBLE_DEVICES`` (and even ``SLURM_STEP_GPUS``) lists fewer GPUs than
+    ``SLURM_GPUS_ON_NODE``; without binding every task of a node sees all of them.
+    """
+    if "per_task" in environ.get("SLURMD_TRES_BIND", ""):
+        return True
+    cvd, on_node = environ.get("CUDA_VISIBLE_DEVICES"), node_gpus(environ)
+    return cvd is not None and on_node is not None and count_list(cvd) < on_node
+
+
+def gpu_column(res: Resolution, environ: Mapping[str, str]) -> tuple[list[str], str]:
+    """The GPUs of every rank as far as this task can know them, and how they were found.
+
+    This task: ``CUDA_VISIBLE_DEVICES`` as Slurm gave it (``-`` when unset). The other ranks of
+    this node: the same list when Slurm did not bind GPUs per task (every task of a node then
+    sees the step's GPUs of that node), else ``?``. Ranks on other nodes: ``?`` (``-`` when
+    this task has no GPU at all). When a ``slurmenv.gpus`` module computes per-rank GPUs,
+    that is used instead.
+    """
+    from_module = _gpus_module_column(res, environ)
+    if from_module is not None:
+        return from_module, GPUS_MODULE
+    cvd = environ.get("CUDA_VISIBLE_DEVICES")
+    own = "-" if cvd is None else (cvd or "none")
+    shared = not bound_per_task(environ)
+    elsewhere = "?" if _has_gpus(environ) else "-"
+    try:
+        node_of = res.node_of
+    except SlurmEnvError:
+        node_of = tuple(res.node_rank if r == res.rank else -1 for r in range(res.world_size))
+    out = []
+    for rank, node in enumerate(node_of):
+        if rank == res.rank:
+            out.append(own)
+        elif node == res.node_rank:
+            out.append(own if shared else "?")
+        else:
+            out.append(elsewhere)
+    return out, GPUS_OWN_NODE
+
+
+# -- the whole step -------------------------------------------------------------------------
+def step_table(res: Resolution, environ: Mapping[str, str]) -> dict[str, Any]:
+    """The whole step, rank by rank: what ``--all-ranks --json`` prints."""
+    hosts, node_of, local_of = res.hosts, res.node_of, res.local_of
+    notes = []
+    try:
+        addresses: list[str] | None = rank_addresses(res)
     except SlurmEnvError as exc:
-        print_error(exc)
-        return 1
+        addresses = None
+        notes.append(f"TensorFlow ports unknown: {exc.message}")
+    gpus, gpus_from = gpu_column(res, environ)
+    ranks = []
+    for rank, (node, local) in enumerate(zip(node_of, local_of)):
+        tf_port = port_of(addresses[rank]) if addresses else None
+        ports = ([res.master_port] if rank == 0 else []) + ([tf_port] if tf_port else [])
+        ranks.append({
+            "rank": rank, "node": hosts[node], "node_rank": node, "local_rank": local,
+            "ports": ports, "tf_address": addresses[rank] if addresses else None,
+            "gpus": gpus[rank], "master": rank == 0, "self": rank == res.rank,
+        })  # fmt: skip
+    return {
+        "launcher": res.launcher,
+        "job_id": res.job_id,
+        "step_id": res.step_id,
+        "layout": layout_name(res),
+        "world_size": res.world_size,
+        "nnodes": res.nnodes,
+        "master": {
+            "rank": 0, "node": hosts[node_of[0]], "addr": res.master_addr,
+            "port": res.master_port,
+        },
+        "self": res.rank,
+        "gpus_from": gpus_from,
+        "ranks": ranks,
+        "notes": notes + list(res.notes),
+    }
+
+
+def format_table(table: Mapping[str, Any]) -> str:
+    """``--all-ranks`` as text: a header, one row per rank, a legend."""
+    master = table["master"]
+    where = (
+        f"job {table['job_id']} step {table['step_id']}" if table["job_id"] else table["launcher"]
+    )
+    layout = f", {table['layout']} layout" if table["layout"] else ""
+    title = (
+        f"{where}: {table['world_size']} ranks on {table['nnodes']} nodes{layout}; "
+        f"master {master['addr']}:{master['port']} (rank 0 on {master['node']}, marked *)"
+    )
+    lines = [title]
+    header = ("RANK", "NODE", "NODE_RANK", "LOCAL_RANK", "PORTS", "GPUS")
+    rows = []
+    for row in table["ranks"]:
+        rows.append((
+            f"{row['rank']}{'*' if row['master'] else ' '}", row["node"], str(row["node_rank"]),
+            str(row["local_rank"]), ",".join(map(str, row["ports"])) or "-", row["gpus"],
+        ))  # fmt: skip
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    right = (True, False, True, True, False, False)
+
+    def fmt(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right)
+        ).rstrip()
+
+    lines.append(fmt(header))
+    for row, cells in zip(table["ranks"], rows):
+        lines.append(fmt(cells) + ("   <- this task" if row["self"] else ""))
+    lines.append(
+        "PORTS: MASTER_PORT (rank 0), then the rank's TensorFlow port. GPUS: this task's "
+        "CUDA_VISIBLE_DEVICES (after --bind-gpus if asked) and, where the tasks of this node "
+        "share their list, theirs; '?' = not knowable from here (srun slurmenv show --one-line)"
+    )
+    lines.extend(f"note: {note}" for note in table["notes"])
+    return "\n".join(lines) + "\n"
+
+
+# -- one line per task ----------------------------------------------------------------------
+def _width(n: int) -> int:
+    return len(str(max(n - 1, 0)))
+
+
+def one_line(res: Resolution, environ: Mapping[str, str]) -> str:
+    """This task as one ``key=value`` line, padded from step-wide facts so lines align."""
+    try:
+        hosts: Sequence[str] = res.hosts
+        local_max = max(res.local_of) + 1
+    except SlurmEnvError:
+        hosts, local_max = (res.hostname,), res.local_world_size
+    try:
+        addresses: list[str] | None = rank_addresses(res)
+        cluster = res.tf_config.get("cluster", {})
+        digest = hashlib.sha1(
+            json.dumps(cluster, sort_keys=True).encode()
+        ).hexdigest()[:8]
+    except SlurmEnvError:
+        addresses, digest = None, "?"
+    gpus, _ = gpu_column(res, environ)
+    tf = addresses[res.rank] if addresses else "?"
+    tf_width = max((len(a) for a in addresses), default=1) if addresses else 1
+    step = f"{res.job_id}.{res.step_id}" if res.job_id else "-"
+    hostname = res.hostname or socket.gethostname()
+    host_width = max(len(h) for h in (*hosts, hostname))
+    fields = [
+        f"rank={res.rank:0{_width(res.world_size)}d}/{res.world_size}",
+        f"node={hostname:<{host_width}}",
+        f"node_rank={res.node_rank:0{_width(res.nnodes)}d}/{res.nnodes}",
+        f"local_rank={res.local_rank:0{_width(local_max)}d}/{res.local_world_size}",
+        f"master={res.master_addr}:{res.master_port}",
+        f"tf={tf:<{tf_width}}",
+        f"cluster={digest}",
+        f"step={step}",
+        f"gpus={gpus[res.rank]}",
+    ]
+    return " ".join(fields)
+
+
+def one_line_error(exc: SlurmEnvError, environ: Mapping[str, str]) -> str:
+    """The line of a task whose resolution failed: same start, so it sorts in place."""
+    rank = environ.get("SLURM_PROCID", "?")
+    world = environ.get("SLURM_STEP_NUM_TASKS") or environ.get("SLURM_NTASKS") or "?"
+    if rank.isdigit() and world.isdigit():
+        rank = f"{int(rank):0{_width(int(world))}d}"
+    node = environ.get("SLURMD_NODENAME") or socket.gethostname()
+    variable = f" [{exc.variable}={exc.value!r}]" if exc.variable else ""
+    return f"rank={rank}/{world} node={node} ERROR {exc.message}{variable}"
+
+
+# -- command --------------------------------------------------------------------------------
+def _own_task(res: Resolution, values: Mapping[str, str]) -> str:
     where = f"job {res.job_id} step {res.step_id}" if res.job_id else "no Slurm job"
     out = [f"launcher: {res.launcher} ({where}), task on {res.hostname}"]
     width = max(len(name) for name in values)
@@ -34,6 +300,76 @@ def main(argv: Sequence[str]) -> int:
         source = res.sources.get(name)
         if source:
             out.append(f"{'':<{width}}    from {source}")
+    if res.gpu_source:  # the GPUs this task sees, bound or not (slurmenv.gpus)
+        gpus = "no list" if res.gpus is None else ",".join(res.gpus) or "none"
+        out.append(f"GPUs: {gpus}\n    from {res.gpu_source}")
     out.extend(f"note: {note}" for note in res.notes)
-    sys.stdout.write("\n".join(out) + "\n")
+    return "\n".join(out) + "\n"
+
+
+def main(argv: Sequence[str]) -> int:
+    """``slurmenv show``; returns the exit status (1 when resolution fails)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.one_line and args.json:
+        parser.error("--one-line is text: use --json alone for machines")
+    environ: Mapping[str, str] = os.environ
+    replay: list[str] = []
+    replay_json: dict[str, Any] | None = None
+    try:
+        if args.from_file:
+            from . import dump
+
+            loaded = dump.load(args.from_file)
+            environ = loaded.environ
+            res, replayed = loaded.replay(**dump.options_from_args(args))
+            replay = [
+                f"replaying {args.from_file}: task on {loaded.hostname or '?'}",
+                *dump.replay_report(loaded, replayed),
+            ]
+            diff = dump.differences(loaded.recorded, replayed) if loaded.recorded else None
+            replay_json = {"file": args.from_file, "identical": diff == [], "differences": diff}
+            if res is None:
+                raise SlurmEnvError(
+                    str(replayed["error"]), variable=replayed.get("variable"),
+                    value=replayed.get("value"), fix=replayed.get("fix"),
+                )
+        else:
+            res = resolve_from_args(args)
+        if args.one_line:
+            text = one_line(res, environ) + "\n"
+        elif args.all_ranks:
+            if res.launcher not in ("slurm", "local", "slurm-interactive-step"):
+                raise SlurmEnvError(
+                    f"--all-ranks needs the whole step's layout, but {res.launcher} set only "
+                    "this task's variables",
+                    variable="TORCHELASTIC_RUN_ID" if environ.get("TORCHELASTIC_RUN_ID")
+                    else "RANK",
+                    value=environ.get("TORCHELASTIC_RUN_ID") or environ.get("RANK"),
+                    fix="run 'slurmenv show --all-ranks' in an srun task outside torchrun, or "
+                    "compare the tasks with 'srun slurmenv show --one-line | sort'",
+                )
+            table = step_table(res, environ)
+            if replay_json is not None:
+                table["replay"] = replay_json
+            text = json.dumps(table, indent=1) + "\n" if args.json else format_table(table)
+        elif args.json:
+            data = res.to_dict()
+            data["env"] = res.env(args.for_)
+            if replay_json is not None:
+                data["replay"] = replay_json
+            text = json.dumps(data, indent=1) + "\n"
+        else:
+            text = _own_task(res, res.env(args.for_))
+    except SlurmEnvError as exc:
+        if replay and not args.json:
+            sys.stderr.write("\n".join(replay) + "\n")
+        if args.one_line:
+            sys.stdout.write(one_line_error(exc, environ) + "\n")
+        print_error(exc)
+        return 1
+    sys.stdout.write(text)
+    if replay and not args.json:
+        # After the output: a replay's verdict is what a bug report needs to show.
+        (sys.stderr if args.one_line else sys.stdout).write("\n".join(replay) + "\n")
     return 0

@@ -1,0 +1,461 @@
+"""``slurmenv dump``: record what slurmenv reads in one task, to replay it anywhere.
+
+A dump is a JSON file holding
+
+* ``environ``: the variables slurmenv reads (:data:`VARIABLES`, plus every ``SLURMENV_*``) and
+  nothing else: no secrets. Proxy values keep their host but lose any ``user:password@``;
+* ``ephemeral_range``: this node's ``/proc/sys/net/ipv4/ip_local_port_range``;
+* ``files``: the content of ``SLURM_HOSTFILE`` (``-m arbitrary``), which the layout needs;
+* ``options``: resolution options given on the command line of ``dump``;
+* ``resolution``: what slurmenv resolved there (or the error it gave), so a replay can prove it
+  reproduces the same answer;
+* ``probe`` (with ``--probe``): the node facts ``slurmenv doctor`` looks at (the master's
+  address as this node resolves it, the interface reaching it, listening ports, CPUs).
+
+``slurmenv show --from FILE`` and ``slurmenv doctor --from FILE`` replay it on any machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import socket
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, NamedTuple
+
+from . import __version__, resolve
+from .errors import SlurmEnvError
+from .resolution import Resolution
+
+FORMAT = 1
+FORMAT_KEY = "slurmenv_dump"
+
+#: The Slurm variables slurmenv (resolver, ``show`` and ``doctor``) reads.
+SLURM_VARIABLES = (
+    # identity of the job and step
+    "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_CLUSTER_NAME",
+    # the step: nodes, counts, this task, layout
+    "SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES", "SLURM_STEP_NUM_TASKS",
+    "SLURM_STEP_TASKS_PER_NODE", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_GTIDS",
+    "SLURMD_NODENAME", "SLURM_DISTRIBUTION", "SLURM_DIST_PLANESIZE", "SLURM_HOSTFILE",
+    "SLURM_STEP_RESV_PORTS",
+    # heterogeneous steps (and SLURM_JOB_NODELIST_{HET,PACK}_GROUP_<k>, see PATTERNS)
+    "SLURM_HET_SIZE", "SLURM_PACK_SIZE",
+    # the job (allocation), compared with the step by doctor
+    "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NUM_NODES", "SLURM_NNODES",
+    "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_TASKS_PER_NODE",
+    # CPUs and GPUs
+    "SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS",
+    "SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_TASK", "SLURM_GPUS_PER_NODE", "SLURM_GPU_BIND",
+    "SLURMD_TRES_BIND",
+)  # fmt: skip
+
+#: What another launcher (torchrun) or the user may have set, which slurmenv reads too.
+LAUNCHER_VARIABLES = (
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
+    "GROUP_WORLD_SIZE", "NNODES", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+    "HOSTNAME", "TF_CONFIG",
+)  # fmt: skip
+
+#: Devices, threads and network choices (GPU binding, thread counts, doctor).
+NODE_VARIABLES = (
+    "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ZE_AFFINITY_MASK",
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+    "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME",
+)  # fmt: skip
+
+#: Proxy variables: gRPC reads the lowercase ones; other HTTP clients the uppercase ones too.
+PROXY_VARIABLES = (
+    "grpc_proxy", "https_proxy", "http_proxy", "HTTPS_PROXY", "HTTP_PROXY",
+    "no_grpc_proxy", "no_proxy", "NO_PROXY",
+)  # fmt: skip
+
+#: Every variable a dump may hold (plus any ``SLURMENV_*``).
+VARIABLES = SLURM_VARIABLES + LAUNCHER_VARIABLES + NODE_VARIABLES + PROXY_VARIABLES
+PREFIXES = ("SLURMENV_",)
+#: Names with a number in them: the node list of each component of a heterogeneous job.
+PATTERNS = (re.compile(r"^SLURM_JOB_NODELIST_(HET|PACK)_GROUP_[0-9]+$"),)
+#: Proxy variables whose values are URLs that may carry ``user:password@``.
+_URL_PROXIES = tuple(name for name in PROXY_VARIABLES if "no_" not in name.lower())
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)?(.*)$", re.DOTALL)
+REDACTED = "REDACTED"
+
+DEFAULT_OUTPUT = "slurmenv-dump-%j.%s.%t.json"
+
+
+def redact_proxy(value: str) -> str:
+    """``http://user:pass@proxy:3128`` -> ``http://REDACTED@proxy:3128``: keep the host only."""
+    match = _SCHEME.match(value)
+    assert match is not None  # the pattern matches every string
+    scheme, rest = match.group(1) or "", match.group(2)
+    if "@" not in rest:
+        return value
+    return f"{scheme}{REDACTED}@{rest[rest.rfind('@') + 1:]}"
+
+
+def is_read(name: str) -> bool:
+    """Whether slurmenv reads the variable ``name`` (so a dump keeps it)."""
+    return name in VARIABLES or name.startswith(PREFIXES) or any(p.match(name) for p in PATTERNS)
+
+
+def select(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables of ``environ`` that slurmenv reads, proxies redacted, sorted by name."""
+    out = {}
+    for name in sorted(environ):
+        if is_read(name):
+            value = str(environ[name])
+            out[name] = redact_proxy(value) if name in _URL_PROXIES else value
+    return out
+
+
+def expand_output(pattern: str, environ: Mapping[str, str]) -> str:
+    """srun-style file name patterns: %j job, %s step, %t rank, %n node index, %N host, %%."""
+    values = {
+        "j": environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID") or "nojob",
+        "s": environ.get("SLURM_STEP_ID") or environ.get("SLURM_STEPID") or "nostep",
+        "t": environ.get("SLURM_PROCID") or "0",
+        "n": environ.get("SLURM_NODEID") or "0",
+        "N": environ.get("SLURMD_NODENAME") or socket.gethostname(),
+        "%": "%",
+    }
+    return re.sub(r"%([jstnN%])", lambda m: values[m.group(1)], pattern)
+
+
+def _error_dict(exc: SlurmEnvError) -> dict[str, Any]:
+    return {"error": exc.message, "variable": exc.variable, "value": exc.value, "fix": exc.fix}
+
+
+def record(res: Resolution) -> dict[str, Any]:
+    """What a replay must reproduce: ``to_dict()``, the variables, and the whole layout."""
+    data: dict[str, Any] = {"summary": res.to_dict()}
+    try:
+        data["env"] = res.env("all")
+    except SlurmEnvError as exc:
+        data["env"] = _error_dict(exc)
+    try:
+        data["layout"] = {
+            "hosts": list(res.hosts), "node_of": list(res.node_of), "local_of": list(res.local_of)
+        }
+    except SlurmEnvError as exc:
+        data["layout"] = _error_dict(exc)
+    return data
+
+
+def _affinity() -> int | None:
+    """How many CPUs this task may run on (thread counts follow it when -c was not given)."""
+    getaffinity = getattr(os, "sched_getaffinity", None)
+    return len(getaffinity(0)) if getaffinity is not None else None
+
+
+@contextmanager
+def _replayed_affinity(count: int | None) -> Iterator[None]:
+    """Make this process report the recorded task's CPU count while a replay resolves.
+
+    The thread counts slurmenv sets follow the task's CPU affinity (``slurmenv.threads``), a
+    fact of the node, which ``os.sched_getaffinity`` gives; the replay substitutes the recorded
+    count for the laptop's.
+    """
+    if count is None:
+        yield
+        return
+    missing = object()
+    saved = getattr(os, "sched_getaffinity", missing)
+    os.sched_getaffinity = lambda pid: set(range(count))  # type: ignore[assignment,unused-ignore]
+    try:
+        yield
+    finally:
+        if saved is missing:
+            del os.sched_getaffinity
+        else:
+            os.sched_getaffinity = saved  # type: ignore[assignment,unused-ignore]
+
+
+def _read_hostfile(environ: Mapping[str, str]) -> dict[str, str]:
+    path = environ.get("SLURM_HOSTFILE")
+    if not path:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return {"SLURM_HOSTFILE": handle.read()}
+    except OSError:
+        return {}
+
+
+def collect(
+    environ: Mapping[str, str] | None = None,
+    options: Mapping[str, Any] | None = None,
+    probe: bool = False,
+) -> dict[str, Any]:
+    """Build a dump of this task (``environ`` defaults to ``os.environ``)."""
+    from . import ports
+
+    env = os.environ if environ is None else environ
+    opts = {k: v for k, v in (options or {}).items() if v is not None}
+    ephemeral = ports.ephemeral_range()
+    data: dict[str, Any] = {
+        FORMAT_KEY: FORMAT,
+        "slurmenv_version": __version__,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "hostname": socket.gethostname(),
+        "ephemeral_range": list(ephemeral) if ephemeral else None,
+        "cpu_affinity": _affinity(),
+        "options": opts,
+        "environ": select(env),
+        "files": _read_hostfile(env),
+    }
+    try:
+        res: Resolution | None = resolve(env, ephemeral_range=ephemeral, **opts)
+        assert res is not None
+        data["resolution"] = record(res)
+    except SlurmEnvError as exc:
+        res = None
+        data["resolution"] = _error_dict(exc)
+    if probe:
+        from .doctor import probe as probe_node
+
+        data["probe"] = probe_node(env, options=opts)
+    return data
+
+
+class Dump(NamedTuple):
+    """A dump read back from a file (see the module docstring for the fields)."""
+
+    path: str
+    environ: dict[str, str]
+    ephemeral_range: tuple[int, int] | None
+    cpu_affinity: int | None
+    options: dict[str, Any]
+    files: dict[str, str]
+    recorded: dict[str, Any] | None
+    probe: dict[str, Any] | None
+    hostname: str
+    version: str
+    created: str
+
+    @contextmanager
+    def environment(self) -> Iterator[dict[str, str]]:
+        """The recorded environment, to resolve inside the ``with`` block.
+
+        ``SLURM_HOSTFILE`` points at a temporary copy of the recorded host file, and the
+        process reports the recorded task's CPU count (see ``_replayed_affinity``).
+        """
+        env = dict(self.environ)
+        with _replayed_affinity(self.cpu_affinity):
+            if "SLURM_HOSTFILE" not in self.files:
+                yield env
+                return
+            with tempfile.TemporaryDirectory(prefix="slurmenv-replay-") as tmp:
+                path = os.path.join(tmp, "hostfile")
+                with open(path, "w", encoding="utf-8") as handle:
+                    handle.write(self.files["SLURM_HOSTFILE"])
+                env["SLURM_HOSTFILE"] = path
+                yield env
+
+    def resolve(self, **overrides: Any) -> Resolution:
+        """Replay the resolution; ``overrides`` (not None) replace the recorded options.
+
+        The DNS lookup of ``--resolve-addr`` is not replayed (the names belong to the cluster).
+        """
+        opts = dict(self.options)
+        opts.update({k: v for k, v in overrides.items() if v is not None})
+        opts["resolve_addr"] = False
+        with self.environment() as env:
+            res = resolve(env, ephemeral_range=self.ephemeral_range, **opts)
+            try:  # read SLURM_HOSTFILE while the copy exists
+                res.node_of  # noqa: B018 - computes and caches the layout
+            except SlurmEnvError:
+                pass
+        return res
+
+    def replay(self, **overrides: Any) -> tuple[Resolution | None, dict[str, Any]]:
+        """``(resolution or None, what record() gives for it or the error)``."""
+        try:
+            res = self.resolve(**overrides)
+        except SlurmEnvError as exc:
+            return None, _error_dict(exc)
+        return res, record(res)
+
+    def asked_resolve_addr(self) -> bool:
+        """Whether the recorded task asked for the DNS lookup of MASTER_ADDR."""
+        flag = str(self.environ.get("SLURMENV_RESOLVE_ADDR", "")).strip().lower()
+        return bool(self.options.get("resolve_addr")) or flag in ("1", "true", "yes", "on")
+
+
+def load(path: str) -> Dump:
+    """Read a dump written by ``slurmenv dump``; SlurmEnvError if it is not one."""
+    fix = "pass a file written by 'slurmenv dump'"
+    try:
+        if path == "-":
+            data = json.load(sys.stdin)
+        else:
+            with open(path, encoding="utf-8") as handle:
+                data = json.load(handle)
+    except OSError as exc:
+        raise SlurmEnvError(
+            f"cannot read the dump: {exc.strerror}", variable="--from", value=path, fix=fix
+        ) from None
+    except ValueError as exc:
+        raise SlurmEnvError(
+            f"the dump is not JSON ({exc})", variable="--from", value=path, fix=fix
+        ) from None
+    if not isinstance(data, dict) or data.get(FORMAT_KEY) != FORMAT:
+        raise SlurmEnvError(
+            f"not a slurmenv dump of format {FORMAT}", variable="--from", value=path, fix=fix
+        )
+    environ = data.get("environ")
+    if not isinstance(environ, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in environ.items()
+    ):
+        raise SlurmEnvError(
+            "the dump's 'environ' is not a mapping of strings", variable="--from", value=path,
+            fix=fix,
+        )
+    eph = data.get("ephemeral_range")
+    return Dump(
+        path=path,
+        environ=environ,
+        ephemeral_range=(int(eph[0]), int(eph[1])) if eph else None,
+        cpu_affinity=int(data["cpu_affinity"]) if data.get("cpu_affinity") else None,
+        options=dict(data.get("options") or {}),
+        files=dict(data.get("files") or {}),
+        recorded=data.get("resolution"),
+        probe=data.get("probe"),
+        hostname=str(data.get("hostname", "")),
+        version=str(data.get("slurmenv_version", "?")),
+        created=str(data.get("created", "?")),
+    )
+
+
+def differences(recorded: Any, replayed: Any, path: str = "") -> list[str]:
+    """Where two recorded resolutions differ, as ``path: old -> new`` lines."""
+    if isinstance(recorded, dict) and isinstance(replayed, dict):
+        out = []
+        for key in sorted(set(recorded) | set(replayed), key=str):
+            sub = f"{path}.{key}" if path else str(key)
+            if key not in recorded or key not in replayed:
+                out.append(f"{sub}: {recorded.get(key)!r} -> {replayed.get(key)!r}")
+            else:
+                out.extend(differences(recorded[key], replayed[key], sub))
+        return out
+    if recorded != replayed:
+        return [f"{path}: {_short(recorded)} -> {_short(replayed)}"]
+    return []
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+_PROSE = ("sources", "notes", "tf_config_error", "gpu_source", "message", "fix")
+
+
+def essential(recorded: Any) -> Any:
+    """A recorded resolution without its explanations (``sources``, ``notes``, error
+    messages and fixes): the values, which must not change when only the wording does."""
+    if isinstance(recorded, dict):
+        out = {k: essential(v) for k, v in recorded.items() if k not in _PROSE}
+        if "error" in recorded and isinstance(recorded["error"], str):
+            out["error"] = True  # which variable failed is kept, not the wording
+        return out
+    if isinstance(recorded, list):
+        return [essential(v) for v in recorded]
+    return recorded
+
+
+def _restrict(replayed: Any, recorded: Any) -> Any:
+    """``replayed`` without the dict keys ``recorded`` lacks (fields added by a later version)."""
+    if isinstance(replayed, dict) and isinstance(recorded, dict):
+        return {k: _restrict(v, recorded[k]) for k, v in replayed.items() if k in recorded}
+    return replayed
+
+
+def same_values(recorded: Any, replayed: Any) -> bool:
+    """Whether a replay gives the recorded values: explanations and fields the recording
+    slurmenv did not have yet are not compared."""
+    return bool(essential(recorded) == essential(_restrict(replayed, recorded)))
+
+
+def replay_report(dump: Dump, replayed: dict[str, Any]) -> list[str]:
+    """Lines saying whether the replay reproduced what was recorded on the cluster."""
+    origin = f"slurmenv {dump.version} on {dump.hostname or '?'} at {dump.created}"
+    if dump.recorded is None:
+        return [f"replay: the dump holds no recorded resolution ({origin})"]
+    diff = differences(dump.recorded, replayed)
+    if not diff:
+        return [f"replay: identical to the resolution recorded by {origin}"]
+    if same_values(dump.recorded, replayed):
+        changed = ", ".join(d.split(":")[0] for d in diff[:5])
+        same = (
+            f"replay: same values as recorded by {origin}; only the explanations differ "
+            f"(slurmenv {__version__} here): {changed}"
+        )
+        return [same]
+    lines = [f"replay: DIFFERS from the resolution recorded by {origin}:"]
+    lines.extend(f"  {line}" for line in diff[:40])
+    if len(diff) > 40:
+        lines.append(f"  ... and {len(diff) - 40} more")
+    if dump.asked_resolve_addr():
+        lines.append("  (the DNS lookup of --resolve-addr is not replayed: MASTER_ADDR stays a name)")
+    if dump.recorded.get("summary", {}).get("launcher") == "local":
+        lines.append("  (outside a step the port is whatever was free on that machine)")
+    return lines
+
+
+def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The resolution options given on the command line (see cli.add_resolution_options)."""
+    names = (
+        "port", "port_range", "addr_template", "resolve_addr", "tf_chief", "bind_gpus", "threads"
+    )
+    return {
+        name: getattr(args, name) for name in names if getattr(args, name, None) is not None
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .cli import add_resolution_options
+
+    parser = argparse.ArgumentParser(
+        prog="slurmenv dump",
+        description="Write what slurmenv reads in this task (no secrets) to a JSON file that "
+        "'slurmenv show --from FILE' and 'slurmenv doctor --from FILE' replay anywhere. "
+        "Run it where the problem is: srun slurmenv dump",
+    )
+    parser.add_argument(
+        "-o", "--output", default=DEFAULT_OUTPUT, metavar="FILE",
+        help=f"file to write, '-' for stdout; %%j job, %%s step, %%t rank, %%n node index, "
+        f"%%N host name (default {DEFAULT_OUTPUT.replace('%', '%%')})",
+    )
+    parser.add_argument(
+        "--probe", action="store_true",
+        help="also record the node facts doctor checks (DNS answer for the master, interfaces, "
+        "listening ports, CPUs): one DNS lookup per task",
+    )
+    add_resolution_options(parser)
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    """``slurmenv dump``: returns the exit status (0 even when resolution fails: it is recorded)."""
+    args = build_parser().parse_args(argv)
+    data = collect(options=options_from_args(args), probe=args.probe)
+    text = json.dumps(data, indent=1, sort_keys=False) + "\n"
+    if args.output == "-":
+        sys.stdout.write(text)
+        return 0
+    path = expand_output(args.output, os.environ)
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as exc:
+        sys.stderr.write(f"slurmenv: error: cannot write {path}: {exc.strerror}\n")
+        return 1
+    outcome = "error recorded" if "error" in data["resolution"] else "resolved"
+    sys.stderr.write(f"slurmenv: wrote {path} ({outcome})\n")
+    return 0

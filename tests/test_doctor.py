@@ -1,0 +1,408 @@
+"""``slurmenv doctor``: verdicts from synthetic environments and node facts, and the probe of
+this machine's real network (loopback, a real listening socket). Real Slurm:
+tests/test_real_debugging.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+import synth
+
+from slurmenv import doctor
+from slurmenv.cli import main
+
+HOSTS = ["r1n09", "r1n10", "r2n09", "r2n10"]
+ADDR = {h: f"10.213.0.{i + 2}" for i, h in enumerate(HOSTS)}
+
+
+def facts(
+    node: str = "r1n10",
+    master: str = "r1n09",
+    addresses: list[str] | None = None,
+    listening: list[dict[str, Any]] | None = None,
+    interfaces: dict[str, list[str]] | None = None,
+    affinity: int = 1,
+) -> dict[str, Any]:
+    """What probe() finds on ``node`` of the test cluster (overridable)."""
+    addresses = [ADDR[master]] if addresses is None else addresses
+    interfaces = interfaces or {"lo": ["127.0.0.1", "::1"], "eth0": [ADDR[node]]}
+    route = None
+    if addresses:
+        source = ADDR[node] if not addresses[0].startswith("127.") else addresses[0]
+        iface = next(n for n, a in interfaces.items() if source in a)
+        route = {"address": addresses[0], "source": source, "interface": iface, "error": None}
+    return {
+        "hostname": node, "cpus": {"affinity": affinity, "count": 8}, "interfaces": interfaces,
+        "master": {"name": master, "addresses": addresses,
+                   "error": None if addresses else "[Errno -2] Name or service not known"},
+        "route": route, "listening": listening or [],
+    }  # fmt: skip
+
+
+def step(rank: int = 3, counts: tuple[int, ...] = (2, 2, 2, 2), **extra: str) -> dict[str, str]:
+    """Task ``rank`` of a healthy step: -c 1, OMP_NUM_THREADS=1."""
+    base = {"SLURM_CPUS_PER_TASK": "1", "SLURM_CPUS_ON_NODE": "2", "OMP_NUM_THREADS": "1"}
+    base.update(extra)
+    return synth.step_env(HOSTS[: len(counts)], list(counts), rank, **base)
+
+
+def run(env: Mapping[str, str], found: Mapping[str, Any] | None = None, **kw: Any) -> dict[str, doctor.Check]:
+    options = kw.pop("options", {})
+    report = doctor.diagnose(env, options, ephemeral=(32768, 60999), facts=found, **kw)
+    assert [c.name for c in report.checks] == list(doctor.CHECKS)
+    return {c.name: c for c in report.checks}
+
+
+def verdicts(checks: Mapping[str, doctor.Check]) -> dict[str, str]:
+    return {name: c.verdict for name, c in checks.items()}
+
+
+def test_healthy_step_is_all_ok() -> None:
+    checks = run(step(), facts())
+    assert set(verdicts(checks).values()) == {"ok"}, checks
+    assert checks["master-name"].message == "r1n09 resolves here to 10.213.0.2"
+    assert checks["interface"].message.startswith("eth0 (10.213.0.3) reaches the master")
+    assert "NCCL_SOCKET_IFNAME=eth0 GLOO_SOCKET_IFNAME=eth0" in checks["interface"].message
+    report = doctor.diagnose(step(), {}, ephemeral=(32768, 60999), facts=facts())
+    assert report.errors == 0 and report.ifname == {
+        "NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0"
+    }
+
+
+def test_batch_script_is_an_error_with_the_fix() -> None:
+    env = {k: v for k, v in step(0).items() if not k.startswith("SLURM_STEP")}
+    checks = run(env, facts(node="r1n09"))
+    assert checks["step"].verdict == "error"
+    assert "outside any job step" in checks["step"].message
+    assert "srun" in (checks["step"].fix or "")
+    assert checks["counts"].verdict == "skipped"
+    assert checks["master-name"].verdict == "skipped"
+
+
+def test_interactive_step_and_no_slurm_are_warnings() -> None:
+    interactive = step(0, (1,), SLURM_STEP_ID=str(synth.INTERACTIVE_STEP_ID))
+    assert run(interactive)["step"].verdict == "warning"
+    none = run(synth.clean_env(base={}), facts())
+    assert none["step"].verdict == "warning" and "not inside a Slurm job" in none["step"].message
+
+
+def test_torchrun_values_are_reported() -> None:
+    env = step(1, TORCHELASTIC_RUN_ID="x", RANK="1", WORLD_SIZE="8", MASTER_ADDR="r1n09",
+               MASTER_PORT="29500", LOCAL_WORLD_SIZE="2")
+    checks = run(env)
+    assert checks["step"].verdict == "ok" and "torchrun" in checks["step"].message
+    assert checks["tf-config"].verdict == "skipped"
+
+
+def test_inconsistent_counts_are_an_error() -> None:
+    checks = run(step(SLURM_STEP_NUM_TASKS="9"), facts())
+    assert checks["counts"].verdict == "error"
+    assert "SLURM_STEP_TASKS_PER_NODE adds up to 8 tasks but SLURM_STEP_NUM_TASKS=9" in \
+        checks["counts"].message
+
+
+def test_rank_left_over_from_the_batch_script() -> None:
+    checks = run(step(RANK="0"), facts())
+    assert checks["counts"].verdict == "error"
+    assert "RANK=0 is already set" in checks["counts"].message
+
+
+def test_master_name_that_does_not_resolve() -> None:
+    env = step(SLURMENV_ADDR_TEMPLATE="{host}-nosuch")
+    checks = run(env, facts(master="r1n09", addresses=[]) | {"master": {
+        "name": "r1n09-nosuch", "addresses": [], "error": "[Errno -2] Name or service not known"
+    }})
+    assert checks["master-name"].verdict == "error"
+    assert "r1n09-nosuch does not resolve on r1n10" in checks["master-name"].message
+    assert "'{host}-nosuch'" in (checks["master-name"].fix or "")
+    assert checks["interface"].verdict == "skipped"
+
+
+def test_master_name_resolving_to_loopback() -> None:
+    found = facts(node="r1n09", addresses=["127.0.1.1"],
+                  interfaces={"lo": ["127.0.0.1", "127.0.1.1"], "eth0": [ADDR["r1n09"]]})
+    checks = run(step(0), found)
+    assert checks["master-name"].verdict == "error" and "loopback" in checks["master-name"].message
+    assert checks["interface"].verdict == "error"
+    report = doctor.diagnose(step(0), {}, facts=found)
+    assert report.ifname is None  # nothing to export
+
+
+def test_single_node_loopback_is_fine() -> None:
+    found = facts(node="r1n09", addresses=["127.0.1.1"],
+                  interfaces={"lo": ["127.0.0.1", "127.0.1.1"], "eth0": [ADDR["r1n09"]]})
+    checks = run(step(0, (2,)), found)
+    assert checks["master-name"].verdict == "ok"
+    assert checks["interface"].verdict == "ok"
+
+
+@pytest.mark.parametrize("value, allowed", [
+    ("eth", True), ("eth0", True), ("=eth0", True), ("=eth", False), ("ib,eth", True),
+    ("^eth", False), ("^lo,docker", True), ("^=eth", True), ("^=eth0", False), ("ib0", False),
+])  # fmt: skip
+def test_nccl_socket_ifname_rules(value: str, allowed: bool) -> None:
+    assert doctor.nccl_allows(value, "eth0") is allowed
+
+
+def test_ifname_set_to_the_wrong_interface() -> None:
+    checks = run(step(NCCL_SOCKET_IFNAME="ib", GLOO_SOCKET_IFNAME="eth0,eth1"), facts())
+    assert checks["interface"].verdict == "error"
+    assert "NCCL_SOCKET_IFNAME=ib excludes eth0" in checks["interface"].message
+    assert "GLOO" not in checks["interface"].message
+    checks = run(step(GLOO_SOCKET_IFNAME="eth1"), facts())
+    assert "GLOO_SOCKET_IFNAME=eth1 does not name eth0" in checks["interface"].message
+
+
+def test_nccl_name_made_exact_when_another_interface_shares_the_prefix() -> None:
+    found = facts(interfaces={"lo": ["127.0.0.1"], "eth0": [ADDR["r1n10"]], "eth0.5": ["10.9.0.1"]})
+    report = doctor.diagnose(step(), {}, facts=found)
+    assert report.ifname == {"NCCL_SOCKET_IFNAME": "=eth0", "GLOO_SOCKET_IFNAME": "eth0"}
+
+
+def test_port_already_listening_on_the_master_node() -> None:
+    env = step(0, SLURMENV_PORT="23456")
+    taken = [{"port": 23456, "address": "0.0.0.0", "pid": 4321, "process": "python3",
+              "same_step": False, "rank": None}]
+    checks = run(env, facts(node="r1n09", listening=taken))
+    assert checks["ports"].verdict == "error"
+    assert "already listening on r1n09: 23456 (MASTER_PORT, rank 0) by pid 4321 python3" in \
+        checks["ports"].message
+    ours = [dict(taken[0], same_step=True, rank="0")]
+    checks = run(env, facts(node="r1n09", listening=ours))
+    assert checks["ports"].verdict == "ok" and "already opened by this step" in \
+        checks["ports"].message
+
+
+def test_master_port_is_only_checked_on_the_master_node() -> None:
+    checks = run(step(3, SLURMENV_PORT="23456"), facts())
+    assert "MASTER_PORT" not in checks["ports"].message
+    assert "23457 (TensorFlow, rank 2), 23458 (TensorFlow, rank 3)" in checks["ports"].message
+
+
+def test_port_inside_the_ephemeral_range() -> None:
+    checks = run(step(0, MASTER_PORT="40000"), facts(node="r1n09"))
+    assert checks["ports"].verdict == "error"
+    assert "40000 (MASTER_PORT, rank 0)" in checks["ports"].message
+    assert "ephemeral port range 32768-60999" in checks["ports"].message
+
+
+def test_proxy_without_no_proxy_is_the_jean_zay_pitfall() -> None:
+    env = step(https_proxy="http://alice:secret@proxy.invalid:3128")
+    checks = run(env, facts())
+    proxy = checks["proxy"]
+    assert proxy.verdict == "error"
+    assert "https_proxy=http://REDACTED@proxy.invalid:3128" in proxy.message
+    assert "secret" not in proxy.message + (proxy.fix or "")
+    assert "r1n09, r1n10, r2n09, r2n10" in proxy.message
+    assert proxy.fix is not None and proxy.fix.startswith("unset https_proxy")
+    assert "no_grpc_proxy=r1n09,r1n10,r2n09,r2n10" in proxy.fix
+    assert run(env, facts(), for_="torch")["proxy"].verdict == "warning"
+
+
+@pytest.mark.parametrize("extra, verdict", [
+    ({"https_proxy": "http://p:3128", "no_proxy": "r1n09,r1n10,r2n09,r2n10"}, "ok"),
+    ({"https_proxy": "http://p:3128", "no_proxy": "n09, n10"}, "ok"),  # gRPC: suffix match
+    ({"https_proxy": "http://p:3128", "no_proxy": "r1n09"}, "error"),
+    ({"https_proxy": "http://p:3128", "no_proxy": "*"}, "error"),  # gRPC has no wildcard
+    # no_grpc_proxy, when set, is the only list gRPC reads
+    ({"https_proxy": "http://p:3128", "no_proxy": "n09,n10", "no_grpc_proxy": "x"}, "error"),
+    ({"https_proxy": "", "http_proxy": "http://p:3128"}, "ok"),  # empty: no proxy, stop
+    ({"grpc_proxy": "http://p:3128", "no_grpc_proxy": "n09,n10"}, "ok"),
+    ({"HTTPS_PROXY": "http://p:3128", "HTTP_PROXY": "http://p:3128"}, "ok"),  # gRPC: lowercase
+    ({"http_proxy": "socks5://p:1080"}, "ok"),  # gRPC ignores other schemes
+])  # fmt: skip
+def test_proxy_rules_are_grpc_rules(extra: dict[str, str], verdict: str) -> None:
+    assert run(step(**extra), facts())["proxy"].verdict == verdict
+
+
+def test_no_proxy_cidr_for_addresses() -> None:
+    env = {"https_proxy": "http://p:3128", "no_proxy": "10.213.0.0/24"}
+    assert doctor.grpc_exempt(env, "10.213.0.7")
+    assert not doctor.grpc_exempt(env, "10.214.0.7")
+    assert not doctor.grpc_exempt(env, "r1n09")
+
+
+def test_proxy_in_the_batch_script_uses_the_job_nodes() -> None:
+    env = {k: v for k, v in step(0).items() if not k.startswith("SLURM_STEP")}
+    env["http_proxy"] = "http://p:3128"
+    checks = run(env)
+    assert checks["proxy"].verdict == "error" and "r2n10" in checks["proxy"].message
+
+
+@pytest.mark.parametrize("extra, tasks, verdict, words", [
+    ({}, 2, "ok", "no GPU given"),
+    ({"CUDA_VISIBLE_DEVICES": "0,1", "SLURM_GPUS_ON_NODE": "2"}, 2, "ok", "LOCAL_RANK"),
+    # --gpus-per-task=1 as observed: SLURM_STEP_GPUS narrowed too
+    ({"CUDA_VISIBLE_DEVICES": "1", "SLURM_STEP_GPUS": "1", "SLURM_GPUS_ON_NODE": "2",
+      "SLURMD_TRES_BIND": "gpu:per_task:1"}, 2, "ok", "cuda:0"),
+    ({"CUDA_VISIBLE_DEVICES": "2,3", "SLURM_GPUS_ON_NODE": "4",
+      "SLURMD_TRES_BIND": "gpu:per_task:2"}, 2, "warning", "1 would sit idle"),
+    ({"CUDA_VISIBLE_DEVICES": "0,1,2,3", "SLURM_GPUS_ON_NODE": "4"}, 2, "warning", "2 would sit"),
+    ({"CUDA_VISIBLE_DEVICES": "0", "SLURM_GPUS_ON_NODE": "1"}, 2, "warning", "share 1 GPU"),
+    ({"CUDA_VISIBLE_DEVICES": "0,1,2,3", "SLURM_GPUS_ON_NODE": "4",
+      "SLURMENV_BIND_GPUS": "1"}, 4, "ok", "CUDA_VISIBLE_DEVICES=3: use device 0"),
+    ({"SLURM_STEP_GPUS": "0,1", "SLURM_GPUS_ON_NODE": "2"}, 2, "warning", "unset"),
+    ({"CUDA_VISIBLE_DEVICES": "NoDevFiles"}, 2, "warning", "no GPU visible"),
+])  # fmt: skip
+def test_gpus(extra: dict[str, str], tasks: int, verdict: str, words: str) -> None:
+    env = step(3 if tasks == 2 else 7, (tasks,) * 2, **extra)
+    check = run(env, facts())["gpus"]
+    assert (check.verdict, words in check.message) == (verdict, True), check
+
+
+@pytest.mark.parametrize("extra, affinity, verdict, words", [
+    ({}, 1, "ok", "fits"),
+    ({"OMP_NUM_THREADS": "4"}, 1, "warning", "more than the CPUs per task"),
+    ({"OMP_NUM_THREADS": "1", "SLURM_CPUS_PER_TASK": "4", "SLURM_CPUS_ON_NODE": "8"}, 4,
+     "warning", "fewer CPUs"),
+    ({"OMP_NUM_THREADS": "lots"}, 1, "warning", "not a number"),
+    # unset: slurmenv sets it from -c, or from the affinity, and says so
+    ({"OMP_NUM_THREADS": None, "SLURM_CPUS_PER_TASK": "1"}, 2, "ok", "sets it to 1"),
+    ({"OMP_NUM_THREADS": None, "SLURM_CPUS_PER_TASK": None}, 2, "warning", "exceed the 2 CPUs"),
+    # ... and with SLURMENV_THREADS=0 it is the user's job
+    ({"OMP_NUM_THREADS": None, "SLURMENV_THREADS": "0"}, 2, "warning", "not 1"),
+    ({"OMP_NUM_THREADS": None, "SLURMENV_THREADS": "0"}, 1, "ok", "bound to 1"),
+])  # fmt: skip
+def test_threads(
+    extra: dict[str, str | None], affinity: int, verdict: str, words: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the resolution counts this process's CPUs when -c is not given
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(affinity)))
+    env = step(**{k: v for k, v in extra.items() if v is not None})
+    for name, value in extra.items():
+        if value is None:
+            env.pop(name, None)
+    check = run(env, facts(affinity=affinity))["threads"]
+    assert (check.verdict, words in check.message) == (verdict, True), check
+
+
+def test_tf_config_size() -> None:
+    hosts = [f"a-very-long-node-name-for-this-test-{i:05d}" for i in range(2000)]
+    env = synth.step_env(hosts, [2] * 2000, 0)
+    report = doctor.diagnose(env, {}, facts=None)
+    check = next(c for c in report.checks if c.name == "tf-config")
+    assert check.verdict == "error" and "Argument list too long" in check.message
+    assert report.errors == 1
+    half = synth.step_env(hosts[:1600], [1] * 1600, 0)
+    checks = run(half)
+    assert checks["tf-config"].verdict == "warning"
+    assert run(env, for_="torch")["tf-config"].verdict == "skipped"
+
+
+def test_tf_config_left_over_in_the_environment() -> None:
+    checks = run(step(TF_CONFIG='{"cluster": {"worker": ["x:1"]}, "task": {"index": 0}}'))
+    assert checks["tf-config"].verdict == "warning"
+
+
+def test_replay_without_probe_skips_node_checks() -> None:
+    checks = run(step(), None)
+    for name in ("master-name", "interface"):
+        assert checks[name].verdict == "skipped" and "dump --probe" in checks[name].message
+    assert checks["ports"].verdict == "ok" and "not probed" in checks["ports"].message
+
+
+# -- output ---------------------------------------------------------------------------------
+def test_text_report_layout() -> None:
+    report = doctor.diagnose(step(https_proxy="http://p:3128"), {}, facts=facts())
+    text = doctor.format_report(report)
+    lines = text.splitlines()
+    assert lines[0] == "slurmenv doctor: rank 3 of 8 on r1n10 (job 4242, step 0)"
+    assert lines[-1] == "1 error, 0 warnings"
+    proxy = next(i for i, line in enumerate(lines) if line.startswith("error    proxy"))
+    assert lines[proxy + 1].strip().startswith("fix: unset https_proxy")
+    assert "\033[" not in text
+    quiet = doctor.format_report(report, quiet=True).splitlines()
+    assert len(quiet) == 3 and quiet[-1].endswith(": 1 error, 0 warnings")
+    assert "\033[31;1merror\033[0m" in doctor.format_report(report, colour=True)
+
+
+def slurmenv_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "slurmenv", *args]
+
+
+def test_colour_only_on_a_terminal(tmp_path: Any) -> None:
+    env = synth.clean_env(https_proxy="http://p:3128")
+    env.pop("NO_COLOR", None)
+    piped = subprocess.run(
+        slurmenv_cmd("doctor"), env=env, capture_output=True, text=True, check=False
+    )
+    assert "\033[" not in piped.stdout and "error    proxy" in piped.stdout
+    assert piped.returncode == 1
+    leader, follower = pty.openpty()
+    proc = subprocess.run(
+        slurmenv_cmd("doctor"), env=env, stdout=follower, stderr=follower, check=False
+    )
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(leader)
+    assert proc.returncode == 1
+    assert b"\033[31;1merror\033[0m" in out
+    env["NO_COLOR"] = "1"
+    leader, follower = pty.openpty()
+    subprocess.run(
+        slurmenv_cmd("doctor"), env=env, stdout=follower, stderr=follower, check=False
+    )
+    os.close(follower)
+    out = os.read(leader, 65536)
+    os.close(leader)
+    assert b"\033[" not in out and b"error    proxy" in out
+
+
+def test_json_output(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    for name in list(os.environ):
+        if name not in synth.clean_env():
+            monkeypatch.delenv(name)
+    assert main(["doctor", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [c["name"] for c in data["checks"]] == list(doctor.CHECKS)
+    assert data["errors"] == 0 and data["checks"][0]["verdict"] == "warning"
+
+
+# -- the probe, on this machine's real network -----------------------------------------------
+def test_probe_outside_slurm_finds_loopback_and_exports_it() -> None:
+    env = synth.clean_env()
+    script = 'eval "$("$@" doctor --export-ifname)" && echo "$NCCL_SOCKET_IFNAME $GLOO_SOCKET_IFNAME"'
+    proc = subprocess.run(
+        ["sh", "-c", script, "sh", *slurmenv_cmd()], env=env, capture_output=True, text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["lo", "lo"]
+    assert "warning  step" in proc.stderr  # problems go to stderr
+
+
+def test_probe_sees_a_real_listener_on_the_master_port() -> None:
+    with socket.socket() as listener:
+        for port in range(20000 + os.getpid() % 5000, 32000):  # below the ephemeral range
+            try:
+                listener.bind(("127.0.0.1", port))
+                break
+            except OSError:
+                continue
+        listener.listen()
+        env = synth.clean_env(MASTER_PORT=str(port))
+        found = doctor.probe(env)
+        assert found["master"]["addresses"] == ["127.0.0.1"]
+        assert found["route"]["interface"] == "lo"
+        mine = [e for e in found["listening"] if e["port"] == port]
+        assert mine and mine[0]["pid"] == os.getpid() and mine[0]["same_step"] is False
+        report = doctor.diagnose(env, {}, facts=found)
+        ports = next(c for c in report.checks if c.name == "ports")
+        assert ports.verdict == "error" and f"pid {os.getpid()}" in ports.message
