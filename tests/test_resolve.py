@@ -1,0 +1,334 @@
+"""The resolver over synthetic Slurm environments: every rank of random steps, the context
+(local, batch script, interactive step, torchrun), and malformed input."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+import synth
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import slurmenv
+from slurmenv import SlurmEnvError
+
+EPHEMERAL = (32768, 60999)
+TORCH = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
+         "NNODES")
+
+
+def resolve(env: dict[str, str], **options: object) -> slurmenv.Resolution:
+    options.setdefault("ephemeral_range", EPHEMERAL)
+    return slurmenv.resolve(env, **options)  # type: ignore[arg-type]
+
+
+def distributed(res: slurmenv.Resolution) -> dict[str, str]:
+    """The distributed variables of ``env("torch")`` (without per-task thread/GPU settings)."""
+    values = res.env("torch")
+    return {name: values[name] for name in (*TORCH, "MASTER_ADDR", "MASTER_PORT")}
+
+
+# --- random steps ---------------------------------------------------------------------------
+
+@st.composite
+def group(draw: st.DrawFn, index: int) -> tuple[str, list[str]]:
+    """A node list part like ``rackb[1-2]-n[09-10]-ib`` and its names (written out here)."""
+    prefix = draw(st.sampled_from(["n", "node", "rack", "gpu-", "c"])) + "abcdef"[index]
+    ranges = []
+    for _ in range(draw(st.integers(0, 2))):
+        lo = draw(st.integers(0, 110))
+        size = draw(st.integers(1, 3))
+        width = draw(st.integers(len(str(lo)), 3))
+        ranges.append((lo, lo + size - 1, width))
+    mid = draw(st.sampled_from(["", "-n", "x"]))
+    suffix = draw(st.sampled_from(["", "-ib"]))
+    if not ranges:
+        return prefix + suffix, [prefix + suffix]
+    text = prefix + mid.join(
+        f"[{str(lo).zfill(w)}-{str(hi).zfill(w)}]" if hi > lo else f"[{str(lo).zfill(w)}]"
+        for lo, hi, w in ranges
+    ) + suffix
+    names = [""]
+    for k, (lo, hi, w) in enumerate(ranges):
+        sep = mid if k else ""
+        names = [n + sep + str(i).zfill(w) for n in names for i in range(lo, hi + 1)]
+    return text, [prefix + n + suffix for n in names]
+
+
+@st.composite
+def steps(draw: st.DrawFn) -> dict[str, object]:
+    parts = [draw(group(i)) for i in range(draw(st.integers(1, 3)))]
+    hosts = [name for _, names in parts for name in names]
+    assume(len(hosts) <= 10 and len(set(hosts)) == len(hosts))
+    sep = draw(st.sampled_from([",", " ", "\n"]))
+    counts = draw(st.lists(st.integers(1, 4), min_size=len(hosts), max_size=len(hosts)))
+    dist = draw(st.sampled_from(
+        [None, "block", "cyclic", "plane", "block:cyclic", "cyclic:cyclic,pack", "arbitrary"]
+    ))
+    plane = draw(st.integers(1, 4)) if dist == "plane" else None
+    hostfile = None
+    if dist == "arbitrary":
+        hostfile = draw(st.permutations([h for h, c in zip(hosts, counts) for _ in range(c)]))
+    return {
+        "hosts": hosts,
+        "counts": counts,
+        "nodelist": sep.join(text for text, _ in parts) if draw(st.booleans()) else None,
+        "distribution": dist,
+        "plane": plane,
+        "hostfile_hosts": hostfile,
+        "job_id": draw(st.integers(1, 10**8)),
+        "step_id": draw(st.integers(0, 300)),
+        "template": draw(st.sampled_from([None, "{host}-ib", "{host}.fabric"])),
+    }
+
+
+@given(steps())
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+def test_every_rank_agrees(step: dict[str, object]) -> None:
+    hosts: list[str] = step["hosts"]  # type: ignore[assignment]
+    counts: list[int] = step["counts"]  # type: ignore[assignment]
+    template: str | None = step["template"]  # type: ignore[assignment]
+    dist, plane, hostfile = step["distribution"], step["plane"], step["hostfile_hosts"]
+    extra = {} if template is None else {"SLURMENV_ADDR_TEMPLATE": template}
+    with tempfile.TemporaryDirectory() as tmp:
+        if hostfile is not None:
+            path = os.path.join(tmp, "hostfile")
+            with open(path, "w") as handle:
+                handle.write("\n".join(hostfile) + "\n")  # type: ignore[arg-type]
+            extra["SLURM_HOSTFILE"] = path
+        envs = synth.step_envs(
+            hosts, counts, **{k: v for k, v in step.items() if k not in ("hosts", "counts", "template")},
+            **extra,
+        )
+        results = [resolve(env) for env in envs]
+        configs = [res.tf_config for res in results]
+    def address(host: str) -> str:
+        return host if template is None else template.format(host=host)
+
+    first = results[0]
+    for rank, (res, config) in enumerate(zip(results, configs)):
+        want = synth.expected(hosts, counts, rank, dist, plane, hostfile)  # type: ignore[arg-type]
+        values = res.env("torch")
+        assert {name: int(values[name]) for name in TORCH} == {name: want[name] for name in TORCH}
+        # everyone agrees on the rendezvous and the worker list
+        assert values["MASTER_ADDR"] == address(str(want["MASTER_NODE"])) == first.master_addr
+        assert res.master_port == first.master_port
+        assert config["cluster"] == configs[0]["cluster"]
+        assert config["task"] == {"type": "worker", "index": rank}
+        # this rank's own entry is on its own node
+        own_host, own_port = config["cluster"]["worker"][rank].rsplit(":", 1)
+        assert own_host == address(str(want["HOST"]))
+        assert int(own_port) != res.master_port
+        assert res.hostname == want["HOST"]
+        assert res.is_chief == (rank == 0)
+    assert list(first.hosts) == hosts
+    node_of, local_of = synth.reference_layout(counts, dist, plane, hosts, hostfile)  # type: ignore[arg-type]
+    assert list(first.node_of) == node_of and list(first.local_of) == local_of
+    # ports of the tasks sharing a node are distinct
+    workers = configs[0]["cluster"]["worker"]
+    assert len(set(workers)) == len(workers)
+
+
+# --- context ----------------------------------------------------------------------------------
+
+def test_not_under_slurm_is_one_local_process() -> None:
+    res = resolve(synth.clean_env({"PATH": "/usr/bin", "HOME": "/root"}))
+    assert res.launcher == "local"
+    assert distributed(res) == {
+        "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
+        "NODE_RANK": "0", "GROUP_RANK": "0", "NNODES": "1", "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(res.master_port),
+    }
+    assert 10000 <= res.master_port <= 32767
+    assert res.tf_config["cluster"]["worker"][0].startswith("127.0.0.1:")
+
+
+def batch_script_env(**extra: str) -> dict[str, str]:
+    """What a batch script sees: job variables, SLURM_PROCID=0, no step."""
+    env = synth.step_env(["n1", "n2"], [4, 4], 0)
+    for name in list(env):
+        if name.startswith("SLURM_STEP") or name in ("SLURM_GTIDS", "SLURM_LOCALID"):
+            del env[name]
+    env.update(extra)
+    return env
+
+
+@pytest.mark.parametrize("step", [None, "4294967294", "4294967291"])
+def test_batch_script_refused(step: str | None) -> None:
+    env = batch_script_env() if step is None else batch_script_env(SLURM_STEP_ID=step)
+    with pytest.raises(SlurmEnvError) as info:
+        resolve(env)
+    text = str(info.value)
+    assert "srun bash -c" in text and "rank 0" in text
+    assert info.value.variable == "SLURM_STEP_ID"
+
+
+def test_interactive_step_is_one_process() -> None:
+    env = synth.step_env(["n1"], [1], 0, step_id=synth.INTERACTIVE_STEP_ID)
+    res = resolve(env)
+    assert res.launcher == "slurm-interactive-step"
+    assert (res.rank, res.world_size, res.master_addr) == (0, 1, "127.0.0.1")
+    assert res.step_id == "4294967290"
+
+
+def test_torchrun_inside_srun_wins_and_is_reported() -> None:
+    env = synth.step_env(["n1", "n2"], [1, 1], 1, TORCHELASTIC_RUN_ID="abc", RANK="5",
+                         LOCAL_RANK="1", WORLD_SIZE="8", LOCAL_WORLD_SIZE="4", GROUP_RANK="1",
+                         GROUP_WORLD_SIZE="2", MASTER_ADDR="n1", MASTER_PORT="29500")
+    res = resolve(env)
+    assert res.launcher == "torchrun"
+    assert distributed(res) == {
+        "RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4",
+        "NODE_RANK": "1", "GROUP_RANK": "1", "NNODES": "2", "MASTER_ADDR": "n1",
+        "MASTER_PORT": "29500",
+    }
+    assert any("torchrun" in note for note in res.notes)
+    assert "torchrun" in res.sources["RANK"]
+
+
+def test_hand_set_values_outside_slurm_are_reported() -> None:
+    env = synth.clean_env({}, RANK="1", WORLD_SIZE="2", MASTER_ADDR="10.0.0.1",
+                          MASTER_PORT="23456")
+    res = resolve(env)
+    assert res.launcher == "preset"
+    assert (res.rank, res.world_size, res.master_addr, res.master_port) == (1, 2, "10.0.0.1",
+                                                                            23456)
+
+
+def test_inherited_rank_that_disagrees_is_an_error() -> None:
+    # the batch script exported RANK=$SLURM_PROCID (0) for every task
+    env = synth.step_env(["n1", "n2"], [2, 2], 3, RANK="0", WORLD_SIZE="4",
+                         MASTER_ADDR="n1", MASTER_PORT="23456")
+    with pytest.raises(SlurmEnvError) as info:
+        resolve(env)
+    assert info.value.variable == "RANK" and info.value.value == "0"
+    assert "batch script" in str(info.value)
+    # the same variables agreeing with this task are accepted and noted
+    env["RANK"] = "3"
+    res = resolve(env)
+    assert res.rank == 3 and any("RANK=3" in note for note in res.notes)
+
+
+def test_job_level_values_never_leak_into_the_step() -> None:
+    hosts, counts = ["s1", "s2"], [3, 1]
+    conflicting: dict[str, str | None] = {
+        "SLURM_NTASKS": "999", "SLURM_NPROCS": "999", "SLURM_NNODES": "50",
+        "SLURM_JOB_NUM_NODES": "50", "SLURM_JOB_NODELIST": "other[1-50]",
+        "SLURM_NODELIST": "other[1-50]", "SLURM_TASKS_PER_NODE": "20(x50)",
+        "SLURM_JOB_CPUS_PER_NODE": "20(x50)",
+    }
+    for rank in range(4):
+        res = resolve(synth.step_env(hosts, counts, rank, **conflicting))
+        want = synth.expected(hosts, counts, rank)
+        assert {k: int(v) for k, v in res.env("torch").items() if k in TORCH} == {
+            k: want[k] for k in TORCH}
+        assert res.master_addr == "s1"
+        workers = res.tf_config["cluster"]["worker"]
+        assert [w.split(":")[0] for w in workers] == ["s1", "s1", "s1", "s2"]
+    assert "other" not in str(res.to_dict())
+
+
+def test_topology_ordered_layout_is_detected() -> None:
+    # Slurm 26.05 with a topology plugin: block layout in another node order. This task's own
+    # SLURM_NODEID says rank 0 is on the second node; slurmenv must not guess.
+    env = synth.step_env(["a", "b"], [2, 2], 0, SLURM_NODEID="1", SLURMD_NODENAME="b",
+                         SLURM_GTIDS="0,1")
+    with pytest.raises(SlurmEnvError) as info:
+        resolve(env)
+    assert info.value.variable == "SLURM_DISTRIBUTION"
+    assert "-m block" in str(info.value)
+
+
+# --- malformed input ----------------------------------------------------------------------------
+
+HOSTS, COUNTS = ["n1", "n2"], [2, 2]
+
+BAD = [
+    ("SLURM_STEP_NODELIST", "n[1-2"),
+    ("SLURM_STEP_NODELIST", "n[2-1]"),
+    ("SLURM_STEP_NODELIST", "n[1-3]"),        # 3 nodes, SLURM_STEP_NUM_NODES=2
+    ("SLURM_STEP_NODELIST", ""),
+    ("SLURM_STEP_NODELIST", None),
+    ("SLURM_STEP_NUM_NODES", "two"),
+    ("SLURM_STEP_NUM_NODES", "0"),
+    ("SLURM_STEP_NUM_NODES", None),
+    ("SLURM_STEP_NUM_TASKS", "-4"),
+    ("SLURM_STEP_NUM_TASKS", None),
+    ("SLURM_STEP_TASKS_PER_NODE", "2(x0)"),
+    ("SLURM_STEP_TASKS_PER_NODE", "0"),
+    ("SLURM_STEP_TASKS_PER_NODE", "2(x3)"),   # 3 nodes
+    ("SLURM_STEP_TASKS_PER_NODE", "3,2"),     # 5 tasks
+    ("SLURM_STEP_TASKS_PER_NODE", None),
+    ("SLURM_PROCID", "4"),
+    ("SLURM_PROCID", "-1"),
+    ("SLURM_PROCID", "x"),
+    ("SLURM_PROCID", None),
+    ("SLURM_LOCALID", "2"),
+    ("SLURM_LOCALID", None),
+    ("SLURM_NODEID", "2"),
+    ("SLURM_NODEID", None),
+    ("SLURM_GTIDS", "2,3,9"),
+    ("SLURM_GTIDS", "2,x"),
+    ("SLURMD_NODENAME", "elsewhere"),
+    ("SLURM_DISTRIBUTION", "spread"),
+    ("SLURM_DIST_PLANESIZE", "0"),            # with SLURM_DISTRIBUTION=plane, below
+    ("SLURM_JOB_ID", "abc"),
+    ("SLURM_STEP_ID", "x"),
+    ("SLURMENV_PORT", "80"),
+    ("SLURMENV_PORT_RANGE", "1-2"),
+    ("SLURMENV_ADDR_TEMPLATE", "{nohost}"),
+    ("SLURMENV_ADDR_TEMPLATE", "{host.upper}"),
+    ("SLURMENV_ADDR_TEMPLATE", "{host:>999999999999}"),
+    ("SLURMENV_TF_CHIEF", "maybe"),
+    ("SLURMENV_RESOLVE_ADDR", "perhaps"),
+    ("MASTER_PORT", "99999"),
+    ("SLURM_STEP_RESV_PORTS", "x"),
+]
+
+
+def bad_env(variable: str, value: str | None) -> dict[str, str]:
+    extra: dict[str, str | None] = {variable: value}
+    if variable == "SLURM_DIST_PLANESIZE":
+        extra["SLURM_DISTRIBUTION"] = "plane"
+    if variable == "SLURM_STEP_ID":
+        extra["SLURM_STEPID"] = None
+    if variable == "SLURM_JOB_ID":
+        extra["SLURM_JOBID"] = None
+    return synth.step_env(HOSTS, COUNTS, 2, **extra)
+
+
+@pytest.mark.parametrize(("variable", "value"), BAD)
+def test_malformed_input_names_variable_and_value(variable: str, value: str | None) -> None:
+    with pytest.raises(SlurmEnvError) as info:
+        resolve(bad_env(variable, value)).env("all")
+    err = info.value
+    assert err.variable == variable
+    shown = "(unset)" if not value else repr(value)
+    assert f"{variable}={shown}" in str(err) or f"{variable}=''" in str(err)
+    assert err.fix
+
+
+@given(
+    st.sampled_from([
+        "SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES", "SLURM_STEP_NUM_TASKS",
+        "SLURM_STEP_TASKS_PER_NODE", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID",
+        "SLURM_GTIDS", "SLURM_DISTRIBUTION", "SLURM_DIST_PLANESIZE", "SLURM_JOB_ID",
+        "SLURM_STEP_ID", "SLURMENV_PORT", "SLURMENV_PORT_RANGE", "SLURMENV_ADDR_TEMPLATE",
+        "SLURM_STEP_RESV_PORTS", "MASTER_PORT", "SLURMD_NODENAME", "SLURMENV_TF_CHIEF",
+    ]),
+    st.text(alphabet=st.sampled_from("0123456789,-()[]x{}:=host n\n\u00b2\u0663 "),
+            max_size=12),
+)
+@settings(max_examples=400, deadline=None)
+def test_garbage_gives_a_clear_error_or_a_consistent_answer(variable: str, value: str) -> None:
+    env = synth.step_env(HOSTS, COUNTS, 2, **{variable: value})
+    try:
+        res = resolve(env)
+        values = res.env("all")
+    except SlurmEnvError as err:
+        assert err.variable and err.fix
+        return
+    # accepted: then it must still be this task's correct answer
+    assert values["RANK"] == "2" and values["WORLD_SIZE"] == "4"
