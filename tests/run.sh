@@ -24,6 +24,7 @@ pip -e '.[test]'
 # The frameworks the real-cluster tests train with (CPU builds).
 "$PY" -c 'import torch' 2>/dev/null || pip torch==2.13.0
 "$PY" -c 'import tensorflow' 2>/dev/null || pip tensorflow-cpu
+"$PY" -c 'import jax' 2>/dev/null || pip jax
 
 "$PY" -m ruff check .
 "$PY" -m mypy
