@@ -34,12 +34,15 @@ def resolve(
     bind_gpus: bool | None = None,
     threads: bool | None = None,
     ephemeral_range: tuple[int, int] | None | object = _AUTO,
+    cpus: int | None = None,
 ) -> Resolution:
     """Resolve this task's distributed environment from ``environ`` (default ``os.environ``).
 
     Nothing is changed: the result is an immutable :class:`Resolution`. Keyword options
     override the ``SLURMENV_*`` variables (see :class:`Options`). ``ephemeral_range`` is this
     node's ephemeral port range, read from ``/proc`` unless given (``None`` skips the check).
+    ``cpus`` is how many CPUs the task may run on, for the thread counts when
+    ``SLURM_CPUS_PER_TASK`` is unset: read from the task's CPU affinity unless given.
 
     Raises :class:`SlurmEnvError` naming the variable at fault when the environment is wrong
     (for example in a batch script outside ``srun``, where every task would get rank 0).
@@ -58,4 +61,4 @@ def resolve(
         threads=threads,
     )
     ephemeral = ports.ephemeral_range() if ephemeral_range is _AUTO else ephemeral_range
-    return launchers.resolve(env, opts, ephemeral)  # type: ignore[arg-type]
+    return launchers.resolve(env, opts, ephemeral, cpus)  # type: ignore[arg-type]

@@ -1023,7 +1023,7 @@ def main(argv: Sequence[str]) -> int:
         except SlurmEnvError as exc:
             print_error(exc)
             return 2
-        merged = {**loaded.options, **options}
+        merged = {**loaded.replay_options, **options}
         with loaded.environment() as env:
             report = diagnose(
                 env, merged, ephemeral=loaded.ephemeral_range, facts=loaded.probe,

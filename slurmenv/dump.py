@@ -153,29 +153,6 @@ def _affinity() -> int | None:
     return len(getaffinity(0)) if getaffinity is not None else None
 
 
-@contextmanager
-def _replayed_affinity(count: int | None) -> Iterator[None]:
-    """Make this process report the recorded task's CPU count while a replay resolves.
-
-    The thread counts slurmenv sets follow the task's CPU affinity (``slurmenv.threads``), a
-    fact of the node, which ``os.sched_getaffinity`` gives; the replay substitutes the recorded
-    count for the laptop's.
-    """
-    if count is None:
-        yield
-        return
-    missing = object()
-    saved = getattr(os, "sched_getaffinity", missing)
-    os.sched_getaffinity = lambda pid: set(range(count))  # type: ignore[assignment,unused-ignore]
-    try:
-        yield
-    finally:
-        if saved is missing:
-            del os.sched_getaffinity
-        else:
-            os.sched_getaffinity = saved  # type: ignore[assignment,unused-ignore]
-
-
 def _read_hostfile(environ: Mapping[str, str]) -> dict[str, str]:
     path = environ.get("SLURM_HOSTFILE")
     if not path:
@@ -242,27 +219,32 @@ class Dump(NamedTuple):
     def environment(self) -> Iterator[dict[str, str]]:
         """The recorded environment, to resolve inside the ``with`` block.
 
-        ``SLURM_HOSTFILE`` points at a temporary copy of the recorded host file, and the
-        process reports the recorded task's CPU count (see ``_replayed_affinity``).
+        ``SLURM_HOSTFILE`` points at a temporary copy of the recorded host file. Resolve with
+        :attr:`replay_options`, which carry the recorded task's CPU count.
         """
         env = dict(self.environ)
-        with _replayed_affinity(self.cpu_affinity):
-            if "SLURM_HOSTFILE" not in self.files:
-                yield env
-                return
-            with tempfile.TemporaryDirectory(prefix="slurmenv-replay-") as tmp:
-                path = os.path.join(tmp, "hostfile")
-                with open(path, "w", encoding="utf-8") as handle:
-                    handle.write(self.files["SLURM_HOSTFILE"])
-                env["SLURM_HOSTFILE"] = path
-                yield env
+        if "SLURM_HOSTFILE" not in self.files:
+            yield env
+            return
+        with tempfile.TemporaryDirectory(prefix="slurmenv-replay-") as tmp:
+            path = os.path.join(tmp, "hostfile")
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(self.files["SLURM_HOSTFILE"])
+            env["SLURM_HOSTFILE"] = path
+            yield env
+
+    @property
+    def replay_options(self) -> dict[str, Any]:
+        """The recorded options plus the recorded task's CPU count (``resolve(cpus=...)``):
+        thread counts follow the task's CPU affinity, a fact of its node, not of this one."""
+        return {**self.options, "cpus": self.cpu_affinity}
 
     def resolve(self, **overrides: Any) -> Resolution:
         """Replay the resolution; ``overrides`` (not None) replace the recorded options.
 
         The DNS lookup of ``--resolve-addr`` is not replayed (the names belong to the cluster).
         """
-        opts = dict(self.options)
+        opts = self.replay_options
         opts.update({k: v for k, v in overrides.items() if v is not None})
         opts["resolve_addr"] = False
         with self.environment() as env:

@@ -297,7 +297,7 @@ def test_reworded_explanations_are_not_a_difference(tmp_path: pathlib.Path) -> N
 def verdicts(path: pathlib.Path) -> dict[str, str]:
     loaded = dump.load(str(path))
     with loaded.environment() as env:
-        report = doctor.diagnose(env, loaded.options, ephemeral=loaded.ephemeral_range,
+        report = doctor.diagnose(env, loaded.replay_options, ephemeral=loaded.ephemeral_range,
                                  facts=loaded.probe)
     return {c.name: c.verdict for c in report.checks}
 

@@ -45,7 +45,7 @@ def replayed_checks(path: pathlib.Path) -> list[dict[str, Any]]:
     loaded = dump.load(str(path))
     with loaded.environment() as env:
         report = doctor.diagnose(
-            env, loaded.options, ephemeral=loaded.ephemeral_range, facts=loaded.probe
+            env, loaded.replay_options, ephemeral=loaded.ephemeral_range, facts=loaded.probe
         )
     return [c._asdict() for c in report.checks]
 

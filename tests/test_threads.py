@@ -37,6 +37,17 @@ def test_from_affinity_when_cpus_per_task_unset() -> None:
     assert "CPU affinity" in got.source
 
 
+def test_resolve_takes_a_given_cpu_count() -> None:
+    # resolve(cpus=N) stands for the task's CPU affinity (a replay gives the recorded one);
+    # SLURM_CPUS_PER_TASK still comes first.
+    env = step()
+    env.pop("SLURM_CPUS_PER_TASK", None)
+    env.pop("OMP_NUM_THREADS", None)
+    assert slurmenv.resolve(env, cpus=5, ephemeral_range=None).env()["OMP_NUM_THREADS"] == "5"
+    env["SLURM_CPUS_PER_TASK"] = "3"
+    assert slurmenv.resolve(env, cpus=5, ephemeral_range=None).env()["OMP_NUM_THREADS"] == "3"
+
+
 def test_user_omp_wins_and_nothing_else_is_set() -> None:
     got = threads.plan(step(SLURM_CPUS_PER_TASK="8", OMP_NUM_THREADS="1"), affinity=never)
     assert got.env == {} and got.number is None

@@ -27,7 +27,10 @@ def detect(environ: Mapping[str, str]) -> str:
 
 
 def resolve(
-    environ: Mapping[str, str], options: Options, ephemeral: tuple[int, int] | None
+    environ: Mapping[str, str],
+    options: Options,
+    ephemeral: tuple[int, int] | None,
+    cpus: int | None = None,
 ) -> Resolution:
     """Resolve with the first launcher that is present, then add the per-task settings."""
     name = detect(environ)
@@ -39,11 +42,14 @@ def resolve(
         from . import local
 
         res = local.resolve(environ, options, ephemeral)
-    return add_bindings(res, environ, options)
+    return add_bindings(res, environ, options, cpus)
 
 
-def add_bindings(res: Resolution, environ: Mapping[str, str], options: Options) -> Resolution:
-    """``res`` with this task's GPU lists (GPU binding) and unset thread counts added."""
+def add_bindings(
+    res: Resolution, environ: Mapping[str, str], options: Options, cpus: int | None = None
+) -> Resolution:
+    """``res`` with this task's GPU lists (GPU binding) and unset thread counts added;
+    ``cpus`` replaces the task's CPU affinity count (a replay gives the recorded one)."""
     from .. import gpus, threads
 
     gpu = gpus.plan(environ, res.local_rank, res.local_world_size, bind=options.bind_gpus)
@@ -51,7 +57,7 @@ def add_bindings(res: Resolution, environ: Mapping[str, str], options: Options) 
     sources = dict.fromkeys(gpu.env, gpu.source)
     notes = list(gpu.notes)
     if options.threads:
-        counts = threads.plan(environ)
+        counts = threads.plan(environ) if cpus is None else threads.plan(environ, lambda: cpus)
         bindings.update(counts.env)
         sources.update(dict.fromkeys(counts.env, counts.source))
         notes.extend(counts.notes)

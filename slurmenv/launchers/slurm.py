@@ -115,8 +115,8 @@ class SlurmStep(Topology):
 
     # Topology ---------------------------------------------------------------------------
     def node_list(self) -> nodes.NodeList:
-        """SLURM_STEP_NODELIST, checked and counted on first use, not expanded: looking up
-        one node costs time in the length of the text, not in the number of nodes."""
+        """SLURM_STEP_NODELIST, counted against SLURM_STEP_NUM_NODES on first use (which
+        expands it with python-hostlist); looking up a name expands only the parts up to it."""
         if self._nodes is None:
             listed = nodes.NodeList(self.nodelist, "SLURM_STEP_NODELIST")
             if len(listed) != self.nnodes:
@@ -204,6 +204,13 @@ class SlurmStep(Topology):
                     f"SLURM_STEP_TASKS_PER_NODE={self.tasks_per_node} for node {self.nodeid}",
                     variable="SLURM_GTIDS", value=gtids_text, fix=STEP_FIX,
                 )
+        name = self.environ.get("SLURMD_NODENAME")
+        if name and self.node_list()[self.nodeid] != name:
+            raise SlurmEnvError(
+                f"SLURM_NODEID={self.nodeid} is {self.node_list()[self.nodeid]} in "
+                f"SLURM_STEP_NODELIST but this node is {name}",
+                variable="SLURMD_NODENAME", value=name, fix=STEP_FIX,
+            )
         dist = self.distribution
         if isinstance(dist, layout.UnknownLayout):
             return
@@ -230,13 +237,6 @@ class SlurmStep(Topology):
                 value=self.environ.get("SLURM_DISTRIBUTION"),
                 fix="this layout is not one slurmenv can reproduce (a topology-ordered block "
                 "layout?); pass -m block, -m cyclic or -m plane=N to srun",
-            )
-        name = self.environ.get("SLURMD_NODENAME")
-        if name and self.node_list()[self.nodeid] != name:
-            raise SlurmEnvError(
-                f"SLURM_NODEID={self.nodeid} is {self.node_list()[self.nodeid]} in "
-                f"SLURM_STEP_NODELIST but this node is {name}",
-                variable="SLURMD_NODENAME", value=name, fix=STEP_FIX,
             )
 
     def master_node(self) -> str:
