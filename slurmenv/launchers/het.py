@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 from .. import layout, nodes, ports
 from ..errors import SlurmEnvError, parse_int, require
-from .slurm import STEP_FIX, SlurmStep, _address
+from .slurm import STEP_FIX, SlurmStep, _address, parse_gtids
 
 HET_FIX = (
     "export only the torch variables (slurmenv export --for torch), give that component one "
@@ -209,13 +209,7 @@ class HetStep(SlurmStep):
                 variable="SLURM_NODEID", value=str(self.nodeid), fix=STEP_FIX,
             )
         gtids_text = require(self.environ, "SLURM_GTIDS", STEP_FIX)
-        try:
-            gtids = [int(x) for x in gtids_text.split(",")]
-        except ValueError:
-            raise SlurmEnvError(
-                "SLURM_GTIDS is not a comma-separated list of ranks",
-                variable="SLURM_GTIDS", value=gtids_text, fix=STEP_FIX,
-            ) from None
+        gtids = parse_gtids(gtids_text)
         part = self.part_of(self.nodeid)
         ranks = range(part.first_rank, part.first_rank + part.ntasks)
         placed = self.placement()

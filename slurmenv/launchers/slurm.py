@@ -51,6 +51,17 @@ def refuse_outside_step(environ: Mapping[str, str], step: str | None) -> SlurmEn
     )
 
 
+def parse_gtids(text: str) -> list[int]:
+    """``SLURM_GTIDS``: the step's ranks on this node (``0,4,5``)."""
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise SlurmEnvError(
+            "SLURM_GTIDS is not a comma-separated list of ranks",
+            variable="SLURM_GTIDS", value=text, fix=STEP_FIX,
+        ) from None
+
+
 class SlurmStep(Topology):
     """A validated Slurm step: counts, node list and layout, expanded lazily."""
 
@@ -191,13 +202,7 @@ class SlurmStep(Topology):
         gtids_text = self.environ.get("SLURM_GTIDS")
         gtids = None
         if gtids_text:
-            try:
-                gtids = [int(x) for x in gtids_text.split(",")]
-            except ValueError:
-                raise SlurmEnvError(
-                    "SLURM_GTIDS is not a comma-separated list of ranks",
-                    variable="SLURM_GTIDS", value=gtids_text, fix=STEP_FIX,
-                ) from None
+            gtids = parse_gtids(gtids_text)
             if self.procid not in gtids or len(gtids) != self.counts[self.nodeid]:
                 raise SlurmEnvError(
                     f"SLURM_GTIDS disagrees with SLURM_PROCID={self.procid} and "
