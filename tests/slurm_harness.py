@@ -388,6 +388,8 @@ KillWait=2
 InactiveLimit=0
 # heterogeneous jobs are started by backfill only: every second, not every 30 s
 SchedulerParameters=bf_interval=1
+# salloc without a command starts an interactive step (SLURM_STEP_ID=4294967290)
+LaunchParameters=use_interactive_step
 GresTypes=gpu
 {node_lines}\
 PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES

@@ -28,6 +28,9 @@ from outside. Frameworks run only where they are what is proven:
    ``SLURM_STEP_NODELIST``; where Slurm does not tell a component's layout (its
    ``SLURM_DISTRIBUTION`` is not the component's: checked here too), ``TF_CONFIG`` is refused
    with the reason and ``--for torch`` still works;
+Also: ``-m arbitrary`` with ``SLURM_HOSTFILE`` (rank 0 on the last listed node), and the
+interactive step of ``salloc`` (``LaunchParameters=use_interactive_step``: a single process).
+
 8. fake GPUs: without a binding option ``CUDA_VISIBLE_DEVICES`` stays what Slurm set, and
    ``LOCAL_RANK``/``LOCAL_WORLD_SIZE`` are right.
 
@@ -306,7 +309,24 @@ SHOW = (
 @pytest.mark.parametrize("name", LAYOUTS)
 def test_all_tasks_agree_and_layout_is_real(slurm_cluster: SlurmCluster, name: str) -> None:
     args, ntasks = LAYOUTS[name]
-    res = srun(slurm_cluster, args, SHOW)
+    check_agreement(srun(slurm_cluster, args, SHOW), ntasks)
+
+
+def test_arbitrary_layout_follows_the_host_file(slurm_cluster: SlurmCluster) -> None:
+    """-m arbitrary: rank r runs on line r of SLURM_HOSTFILE, so rank 0 is on r2n10, the last
+    node of SLURM_STEP_NODELIST, and MASTER_ADDR must be r2n10."""
+    hostfile = slurm_cluster.tmp / "arbitrary-hosts"
+    hostfile.write_text("r2n10\nr1n09\nr1n09\nr2n10\nr1n10\n")
+    res = srun(slurm_cluster, ["-m", "arbitrary", "-n5"], SHOW,
+               env={"SLURM_HOSTFILE": str(hostfile)})
+    check_agreement(res, 5)
+    exported = per_rank(res, "EXPORT")
+    assert exported[0]["MASTER_ADDR"] == "r2n10", explain(res)
+
+
+def check_agreement(res: SrunResult, ntasks: int) -> None:
+    """Every task agrees on the master and the TF cluster, and the layout slurmenv computed
+    (command line and API) is where Slurm ran each rank."""
     assert res.returncode == 0, explain(res)
     host = {rank: lines[0].removeprefix("HOST ") for rank, lines in res.per_task.items()}
     exported = per_rank(res, "EXPORT")
@@ -447,3 +467,23 @@ def test_gpus_untouched_without_binding(
     assert [lines for _, lines in sorted(res.per_task.items())] == [[x] for x in expected], (
         explain(res)
     )
+
+
+# -- the interactive step --------------------------------------------------------------------
+def test_interactive_step_is_a_single_process(slurm_cluster: SlurmCluster) -> None:
+    """salloc with LaunchParameters=use_interactive_step opens a shell in step 4294967290 on
+    the first node (one task, even for -N2 -n4): slurmenv gives it a single-process
+    environment instead of refusing or pretending to be rank 0 of 4."""
+    typed = (
+        "echo STEP=$SLURM_STEP_ID; slurmenv export --for torch > /dev/null; echo RC=$?; "
+        "slurmenv export --format json --for torch | tr -d '\\n '; echo; exit\n"
+    )
+    res = slurm_cluster.run(
+        ["script", "-qec", "salloc -N2 -n4", "/dev/null"],  # salloc wants a terminal
+        env={**ENV, "SHELL": "/bin/bash"}, input=typed, timeout=TIMEOUT,
+    )
+    out = res.stdout.replace("\r", "")
+    assert "STEP=4294967290" in out and "RC=0" in out, out + res.stderr
+    line = next(part for part in out.split("\n") if part.startswith('{"RANK"'))
+    values = json.loads(line)
+    assert (values["RANK"], values["WORLD_SIZE"], values["MASTER_ADDR"]) == ("0", "1", "127.0.0.1")
