@@ -622,7 +622,7 @@ def _check_ports(ctx: _Context) -> Check:
             f"already listening on {ctx.node}: {'; '.join(taken)}: the task that needs it will "
             "fail (address already in use) or others will connect to the wrong process",
             "another job or step holds it: give another port (--port/SLURMENV_PORT), let Slurm "
-            "reserve ports (srun --resv-ports), or stop the leftover process",
+            "reserve ports (srun --resv-ports=N, N = tasks per node + 1), or stop the leftover process",
         )
     message = f"ports{step} opened on {ctx.node}: {shown}; {range_note}; none taken"
     if ours:

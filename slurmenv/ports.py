@@ -127,7 +127,7 @@ def check_range_outside(
             variable=variable,
             value=f"{lo}-{hi}",
             fix="choose a range below the ephemeral range with SLURMENV_PORT_RANGE or "
-            "--port-range (or give a port with --port, or reserve ports with srun --resv-ports)",
+            "--port-range (or give a port with --port, or reserve ports with srun --resv-ports=N, N = tasks per node + 1)",
         )
 
 

@@ -271,8 +271,9 @@ class SlurmStep(Topology):
                 f"({plan.source})",
                 variable="SLURMENV_PORT_RANGE",
                 value=self.environ.get("SLURMENV_PORT_RANGE"),
-                fix="reserve ports with srun --resv-ports, use a wider --port-range, or export "
-                "without TF_CONFIG (--for torch)",
+                fix=f"reserve ports with srun --resv-ports={needed + 1} (needs MpiParams=ports= "
+                "in slurm.conf), use a wider --port-range, or export without TF_CONFIG "
+                "(--for torch)",
             )
         return plan.tf[:needed]
 
