@@ -97,15 +97,21 @@ class Block(NamedTuple):
 
 class Example(NamedTuple):
     block: Block
-    index: int  # which command of the block
+    number: int  # which command of the block
     line: str  # the command line as written, after the prompt
     argv: list[str]
     expected: str
 
 
 def blocks(path: pathlib.Path) -> Iterator[Block]:
-    """The fenced blocks of a Markdown page, each with the ``env:`` marker before it."""
-    lines = path.read_text(encoding="utf-8").splitlines()
+    """The fenced blocks of a Markdown page, each with the ``env:`` marker before it.
+
+    A ``markdown`` block shows page source: the blocks inside it are checked like any other.
+    """
+    yield from _blocks(path, path.read_text(encoding="utf-8").splitlines(), 0)
+
+
+def _blocks(path: pathlib.Path, lines: list[str], offset: int) -> Iterator[Block]:
     i = 0
     while i < len(lines):
         match = FENCE.match(lines[i])
@@ -121,8 +127,12 @@ def blocks(path: pathlib.Path) -> Iterator[Block]:
             k -= 1
         marker = MARKER.match(lines[k]) if k >= 0 else None
         indent = match.group(1)
-        content = [line[len(indent):] if line.startswith(indent) else line for line in lines[i + 1:j]]
-        yield Block(path, i + 1, j + 1, content, indent, marker.group(1) if marker else None)
+        content = [line.removeprefix(indent) for line in lines[i + 1:j]]
+        env = marker.group(1) if marker else None
+        if match.group(3) in ("markdown", "md"):
+            yield from _blocks(path, content, offset + i + 1)
+        else:
+            yield Block(path, offset + i + 1, offset + j + 1, content, indent, env)
         i = j + 1
 
 
@@ -206,7 +216,8 @@ def run(example: Example) -> str:
         if len(available) < cpus:
             pytest.skip(f"the recorded task had {cpus} CPUs; this machine gives {len(available)}")
         proc = subprocess.run(
-            argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            argv, check=False, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             text=True, timeout=120, preexec_fn=lambda: os.sched_setaffinity(0, available[:cpus]),
         )
         return proc.stdout
@@ -244,7 +255,7 @@ def comparable(text: str, example: Example) -> str:
 
 # -- the tests ------------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    "example", marked_examples(), ids=lambda ex: f"{ex.block.where}#{ex.index}"
+    "example", marked_examples(), ids=lambda ex: f"{ex.block.where}#{ex.number}"
 )
 def test_example_output_is_what_slurmenv_prints(example: Example) -> None:
     assert example.argv[:1] == ["slurmenv"], (
@@ -316,8 +327,8 @@ def test_the_convention_catches_a_wrong_output(tmp_path: pathlib.Path) -> None:
 def test_free_port_is_the_only_thing_normalised_outside_slurm() -> None:
     block = Block(ROOT / "README.md", 1, 1, [], "", "none")
     example = Example(block, 0, "slurmenv export", ["slurmenv", "export"], "")
-    one = "export MASTER_PORT='13119';\nexport TF_CONFIG='...\"127.0.0.1:13120\"...'"
-    other = "export MASTER_PORT='10007';\nexport TF_CONFIG='...\"127.0.0.1:10008\"...'"
+    one = "export RANK='0';\nexport MASTER_PORT='13119';\nexport TF_CONFIG='[\"127.0.0.1:13120\"]';"
+    other = "export RANK='0';\nexport MASTER_PORT='10007';\nexport TF_CONFIG='[\"127.0.0.1:10008\"]';"
     assert comparable(one, example) == comparable(other, example)
     assert comparable(one, example) != comparable(one.replace("RANK='", "RANK='1"), example)
     in_a_step = example._replace(block=block._replace(env="tests/dumps/proxy.json"))
