@@ -66,10 +66,7 @@ PENDING = {
     "docs/testing.md",
     "docs/performance.md",
     "docs/CHANGELOG.md",
-    "docs/frameworks/README.md",
-    "docs/frameworks/torch.md",
-    "docs/frameworks/tensorflow.md",
-    "docs/frameworks/jax.md",
+    "docs/frameworks",  # a folder of pages (frameworks/torch.md, ...); linked as a folder
 }
 
 MARKER = re.compile(r"^\s*<!--\s*env:\s*(.*?)\s*-->\s*$")
@@ -92,7 +89,8 @@ class Block(NamedTuple):
 
     @property
     def where(self) -> str:
-        return f"{self.path.relative_to(ROOT)}:{self.line}"
+        path = self.path.relative_to(ROOT) if self.path.is_relative_to(ROOT) else self.path
+        return f"{path}:{self.line}"
 
 
 class Example(NamedTuple):
@@ -340,7 +338,10 @@ LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 
 
 def relative_links() -> list[tuple[str, str]]:
-    """(page:line, repository-relative target) for every relative link outside code blocks."""
+    """(page:line, repository-relative target) for every relative link outside code blocks.
+
+    The target keeps its ``#anchor``, if any (a link to a section of this page is ``PAGE#a``).
+    """
     found = []
     for page in pages():
         in_block: str | None = None
@@ -352,18 +353,35 @@ def relative_links() -> list[tuple[str, str]]:
             if in_block:
                 continue
             for target in LINK.findall(re.sub(r"`[^`]*`", "", line)):
-                if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+                if re.match(r"^[a-z][a-z0-9+.-]*:", target):
                     continue
-                path = (page.parent / target.split("#")[0]).resolve()
-                found.append((f"{page.relative_to(ROOT)}:{n}", path.relative_to(ROOT).as_posix()))
+                file, _, anchor = target.partition("#")
+                path = (page.parent / file).resolve() if file else page
+                name = path.relative_to(ROOT).as_posix()
+                found.append((f"{page.relative_to(ROOT)}:{n}", name + (f"#{anchor}" if anchor else "")))
+    return found
+
+
+def anchors(path: pathlib.Path) -> set[str]:
+    """The anchors GitHub gives the headings of a Markdown page."""
+    found = set()
+    for block_free in re.sub(r"(?ms)^```.*?^```", "", path.read_text(encoding="utf-8")).splitlines():
+        if block_free.startswith("#"):
+            title = block_free.lstrip("#").strip().lower()
+            found.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
     return found
 
 
 def test_relative_links_resolve() -> None:
-    broken = [
-        f"{where} -> {target}" for where, target in relative_links()
-        if not (ROOT / target).exists() and target not in PENDING
-    ]
+    broken = []
+    for where, target in relative_links():
+        file, _, anchor = target.partition("#")
+        if file in PENDING:
+            continue
+        if not (ROOT / file).exists():
+            broken.append(f"{where} -> {target}")
+        elif anchor and file.endswith(".md") and anchor not in anchors(ROOT / file):
+            broken.append(f"{where} -> {target} (no such section)")
     assert broken == []
 
 
@@ -376,7 +394,8 @@ def test_readme_is_a_front_door() -> None:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     assert len(text.splitlines()) <= 300
     assert "slurmenv export" in text and "sh tests/run.sh" in text
-    linked = {target for where, target in relative_links() if where.startswith("README.md")}
+    linked = {target.partition("#")[0] for where, target in relative_links()
+              if where.startswith("README.md")}
     for page in ("docs/README.md", "docs/ports.md", "docs/troubleshooting.md"):
         assert page in linked
 
