@@ -1,0 +1,433 @@
+"""The examples in README.md and docs/ are what slurmenv prints today, and every link resolves.
+
+The convention (also described in docs/README.md, "Examples in these pages"): an example
+output is a fenced block whose lines starting with ``$ `` are ``slurmenv`` command lines, each
+followed by what it prints (stdout and stderr, as a terminal shows them). An HTML comment on
+the line before the fence names the environment the commands run in::
+
+    <!-- env: tests/dumps/healthy-rank5.json -->
+    ```console
+    $ slurmenv export --for torch
+    export RANK='5';
+    ...
+    ```
+
+``env:`` takes a source and optional changes to it:
+
+* ``tests/dumps/NAME.json``: the task environment recorded on the real test cluster (the
+  dump's ``environ``, with its host file if any), with the process's CPU affinity set to the
+  recorded task's CPU count (thread counts follow it);
+* ``none``: no Slurm or launcher variable at all (outside Slurm), CPU affinity of one CPU;
+* then ``NAME=VALUE`` sets a variable and ``-NAME`` removes one (shlex syntax).
+
+Commands with ``--from FILE`` replay a dump themselves; give them ``<!-- env: none -->``.
+Every command runs as ``python -m slurmenv`` from this checkout, at the repository's root,
+with ``PATH`` limited to this Python's directory and the system's default path.
+
+What is normalised, because it truly varies from machine to machine:
+
+* ``env: none`` only: the free local port a single process picks (``MASTER_PORT`` and the
+  ``127.0.0.1:PORT`` TensorFlow address) is compared as ``PORT``;
+* the program ``slurmenv torchrun --dry-run`` prints first (the ``torchrun`` found on
+  ``PATH``, or ``python -m torch.distributed.run``) is compared as ``torchrun``;
+* trailing blank lines of an output.
+
+A fenced block without the marker must not show a command line mentioning ``slurmenv``
+(``$ slurmenv ...``, ``$ srun ... slurmenv ...``) followed by output: such output would escape
+this check. Show it through a replayed dump instead.
+
+Regenerate the outputs after a behaviour change (then read the diff)::
+
+    python tests/test_docs_examples.py --update
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+# Pages that other branches are writing; links to them are accepted until they exist. The lead
+# empties this list when merging them (test_pending_pages_do_not_exist_yet fails otherwise).
+PENDING = {
+    "docs/launchers.md",
+    "docs/design.md",
+    "docs/options.md",
+    "docs/fail-closed.md",
+    "docs/testing.md",
+    "docs/performance.md",
+    "docs/CHANGELOG.md",
+    "docs/frameworks",  # a folder of pages (frameworks/torch.md, ...); linked as a folder
+}
+
+MARKER = re.compile(r"^\s*<!--\s*env:\s*(.*?)\s*-->\s*$")
+FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
+PROMPT = "$ "
+SHELL_OPERATORS = {"|", "||", "&&", ";", ">", ">>", "<", "&"}
+
+
+def pages() -> list[pathlib.Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+class Block(NamedTuple):
+    path: pathlib.Path
+    line: int  # 1-based line of the opening fence
+    end: int  # 1-based line of the closing fence
+    lines: list[str]  # the block's content, without the fence's indentation
+    indent: str
+    env: str | None  # the marker's text, None without a marker
+
+    @property
+    def where(self) -> str:
+        path = self.path.relative_to(ROOT) if self.path.is_relative_to(ROOT) else self.path
+        return f"{path}:{self.line}"
+
+
+class Example(NamedTuple):
+    block: Block
+    number: int  # which command of the block
+    line: str  # the command line as written, after the prompt
+    argv: list[str]
+    expected: str
+
+
+def blocks(path: pathlib.Path) -> Iterator[Block]:
+    """The fenced blocks of a Markdown page, each with the ``env:`` marker before it.
+
+    A ``markdown`` block shows page source: the blocks inside it are checked like any other.
+    """
+    yield from _blocks(path, path.read_text(encoding="utf-8").splitlines(), 0)
+
+
+def _blocks(path: pathlib.Path, lines: list[str], offset: int) -> Iterator[Block]:
+    i = 0
+    while i < len(lines):
+        match = FENCE.match(lines[i])
+        if not match:
+            i += 1
+            continue
+        fence = match.group(2)
+        j = i + 1
+        while j < len(lines) and not lines[j].strip().startswith(fence):
+            j += 1
+        k = i - 1
+        while k >= 0 and not lines[k].strip():
+            k -= 1
+        marker = MARKER.match(lines[k]) if k >= 0 else None
+        indent = match.group(1)
+        content = [line.removeprefix(indent) for line in lines[i + 1:j]]
+        env = marker.group(1) if marker else None
+        if match.group(3) in ("markdown", "md"):
+            yield from _blocks(path, content, offset + i + 1)
+        else:
+            yield Block(path, offset + i + 1, offset + j + 1, content, indent, env)
+        i = j + 1
+
+
+def all_blocks() -> list[Block]:
+    return [block for page in pages() for block in blocks(page)]
+
+
+def examples(block: Block) -> list[Example]:
+    """The commands of a marked block with the output written under each."""
+    found: list[Example] = []
+    current: str | None = None
+    output: list[str] = []
+
+    def close() -> None:
+        if current is not None:
+            while output and not output[-1].strip():
+                output.pop()
+            argv = shlex.split(current, comments=True)
+            found.append(Example(block, len(found), current, argv, "\n".join(output)))
+
+    for line in block.lines:
+        if line.startswith(PROMPT):
+            close()
+            current, output = line[len(PROMPT):], []
+        elif current is None:
+            if line.strip():
+                raise AssertionError(f"{block.where}: output before any '$ slurmenv' line")
+        else:
+            output.append(line)
+    close()
+    return found
+
+
+def marked_examples() -> list[Example]:
+    return [ex for block in all_blocks() if block.env is not None for ex in examples(block)]
+
+
+# -- running an example ---------------------------------------------------------------------
+SLURM_LIKE = re.compile(
+    r"^(SLURM|SLURMD|SLURMENV|PET|TORCHELASTIC|OMPI|PMI|PMIX|MPI|HYDRA|FLUX)_|"
+    r"^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|NODE_RANK|GROUP_RANK|NNODES|MASTER_ADDR|"
+    r"MASTER_PORT|TF_CONFIG|OMP_NUM_THREADS|MKL_NUM_THREADS|OPENBLAS_NUM_THREADS|"
+    r"CUDA_VISIBLE_DEVICES|ROCR_VISIBLE_DEVICES|GPU_DEVICE_ORDINAL|ZE_AFFINITY_MASK|"
+    r"NCCL_SOCKET_IFNAME|GLOO_SOCKET_IFNAME|HOSTNAME)$|proxy$",
+    re.IGNORECASE,
+)
+
+
+def base_environ() -> dict[str, str]:
+    """A plain environment: no Slurm, launcher, GPU, thread or proxy variable of this machine."""
+    env = {name: value for name, value in os.environ.items() if not SLURM_LIKE.search(name)}
+    env = {k: v for k, v in env.items() if not k.startswith(("PYTHON", "COV_", "PYTEST"))}
+    env["PATH"] = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.defpath}"
+    env["PYTHONUNBUFFERED"] = "1"  # stdout and stderr interleave as in a terminal
+    env["LC_ALL"] = "C.UTF-8"
+    env.pop("NO_COLOR", None)  # not a terminal: no colour anyway
+    return env
+
+
+def run(example: Example) -> str:
+    """What the example's command prints in its environment, stdout and stderr together."""
+    from slurmenv import dump
+
+    spec = shlex.split(example.block.env or "")
+    assert spec, f"{example.block.where}: 'env:' names no source"
+    source, changes = spec[0], spec[1:]
+    environ = base_environ()
+    cpus = 1
+    argv = [sys.executable, "-m", "slurmenv", *example.argv[1:]]
+
+    def finish(extra: dict[str, str]) -> str:
+        env = {**environ, **extra}
+        for change in changes:
+            if change.startswith("-"):
+                env.pop(change[1:], None)
+            else:
+                name, equals, value = change.partition("=")
+                assert equals, f"{example.block.where}: {change!r} is neither NAME=VALUE nor -NAME"
+                env[name] = value
+        available = sorted(os.sched_getaffinity(0))
+        if len(available) < cpus:
+            pytest.skip(f"the recorded task had {cpus} CPUs; this machine gives {len(available)}")
+        proc = subprocess.run(
+            argv, check=False, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True, timeout=120, preexec_fn=lambda: os.sched_setaffinity(0, available[:cpus]),
+        )
+        return proc.stdout
+
+    if source == "none":
+        return finish({})
+    loaded = dump.load(str(ROOT / source))
+    cpus = loaded.cpu_affinity or 1
+    with loaded.environment() as recorded:
+        return finish(recorded)
+
+
+TORCHRUN_PROGRAM = re.compile(
+    r"^(?:\S*/)?(?:torchrun|python[\d.]* -m torch\.distributed\.run)(?= )", re.MULTILINE
+)
+FREE_PORT = re.compile(r"(MASTER_PORT(?:='|\s+)|127\.0\.0\.1:)\d+")
+
+
+def canonical(text: str, example: Example) -> str:
+    """What the docs show for an output: the torchrun program as ``torchrun``, no trailing blank
+    lines."""
+    text = text.rstrip("\n").rstrip()
+    if example.argv[1:2] == ["torchrun"]:
+        text = TORCHRUN_PROGRAM.sub("torchrun", text)
+    return text
+
+
+def comparable(text: str, example: Example) -> str:
+    """The output with what varies between machines replaced (see the module docstring)."""
+    text = canonical(text, example)
+    if shlex.split(example.block.env or "none")[0] == "none":
+        text = FREE_PORT.sub(r"\1PORT", text)
+    return text
+
+
+# -- the tests ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "example", marked_examples(), ids=lambda ex: f"{ex.block.where}#{ex.number}"
+)
+def test_example_output_is_what_slurmenv_prints(example: Example) -> None:
+    assert example.argv[:1] == ["slurmenv"], (
+        f"{example.block.where}: only 'slurmenv' command lines can be checked: {example.argv}"
+    )
+    assert not SHELL_OPERATORS & set(example.argv), (
+        f"{example.block.where}: no pipes or redirections in a checked command: {example.argv}"
+    )
+    actual = run(example)
+    assert comparable(actual, example) == comparable(example.expected, example), (
+        f"{example.block.where}: the page shows an output slurmenv no longer prints; run "
+        "python tests/test_docs_examples.py --update and read the diff"
+    )
+
+
+def test_there_are_checked_examples() -> None:
+    """The convention is used: the README and most pages show checked output."""
+    where = {ex.block.path.name for ex in marked_examples()}
+    assert "README.md" in where and len(marked_examples()) >= 10
+
+
+def unchecked_outputs() -> list[str]:
+    found = []
+    for block in all_blocks():
+        if block.env is not None:
+            continue
+        for n, line in enumerate(block.lines):
+            rest = block.lines[n + 1:]
+            shows_output = bool(rest) and bool(rest[0].strip()) and not rest[0].startswith(PROMPT)
+            if line.lstrip().startswith(PROMPT) and "slurmenv" in line and shows_output:
+                found.append(f"{block.where}: {line.strip()}")
+    return found
+
+
+def test_no_unchecked_output_of_slurmenv() -> None:
+    """A '$ ... slurmenv ...' line followed by output needs an 'env:' marker, so it is checked."""
+    assert unchecked_outputs() == []
+
+
+def test_every_marker_precedes_a_block() -> None:
+    stray = []
+    for page in pages():
+        lines = page.read_text(encoding="utf-8").splitlines()
+        for n, line in enumerate(lines):
+            if MARKER.match(line):
+                nxt = next((x for x in lines[n + 1:] if x.strip()), "")
+                if not FENCE.match(nxt):
+                    stray.append(f"{page.relative_to(ROOT)}:{n + 1}")
+    assert stray == []
+
+
+def test_the_convention_catches_a_wrong_output(tmp_path: pathlib.Path) -> None:
+    """The checker itself: a changed line in an output is seen, a right one passes."""
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- env: tests/dumps/healthy-rank5.json -->\n```console\n$ slurmenv export --for torch"
+        " --no-threads\nexport RANK='5';\n```\n\n```console\n$ slurmenv show\nRANK 0\n```\n"
+    )
+    marked, unmarked = list(blocks(page))
+    (example,) = examples(marked)
+    actual = run(example)
+    assert actual.startswith("export RANK='5';\nexport LOCAL_RANK='1';\n")
+    assert comparable(actual, example) != comparable(example.expected, example)
+    right = example._replace(expected=actual)
+    assert comparable(actual, right) == comparable(right.expected, right)
+    assert unmarked.env is None and unmarked.lines[0] == "$ slurmenv show"
+
+
+def test_free_port_is_the_only_thing_normalised_outside_slurm() -> None:
+    block = Block(ROOT / "README.md", 1, 1, [], "", "none")
+    example = Example(block, 0, "slurmenv export", ["slurmenv", "export"], "")
+    one = "export RANK='0';\nexport MASTER_PORT='13119';\nexport TF_CONFIG='[\"127.0.0.1:13120\"]';"
+    other = "export RANK='0';\nexport MASTER_PORT='10007';\nexport TF_CONFIG='[\"127.0.0.1:10008\"]';"
+    assert comparable(one, example) == comparable(other, example)
+    assert comparable(one, example) != comparable(one.replace("RANK='", "RANK='1"), example)
+    in_a_step = example._replace(block=block._replace(env="tests/dumps/proxy.json"))
+    assert comparable(one, in_a_step) != comparable(other, in_a_step)
+
+
+# -- links ----------------------------------------------------------------------------------
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+
+
+def relative_links() -> list[tuple[str, str]]:
+    """(page:line, repository-relative target) for every relative link outside code blocks.
+
+    The target keeps its ``#anchor``, if any (a link to a section of this page is ``PAGE#a``).
+    """
+    found = []
+    for page in pages():
+        in_block: str | None = None
+        for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            fence = FENCE.match(line)
+            if fence and (in_block is None or line.strip().startswith(in_block)):
+                in_block = None if in_block else fence.group(2)
+                continue
+            if in_block:
+                continue
+            for target in LINK.findall(re.sub(r"`[^`]*`", "", line)):
+                if re.match(r"^[a-z][a-z0-9+.-]*:", target):
+                    continue
+                file, _, anchor = target.partition("#")
+                path = (page.parent / file).resolve() if file else page
+                name = path.relative_to(ROOT).as_posix()
+                found.append((f"{page.relative_to(ROOT)}:{n}", name + (f"#{anchor}" if anchor else "")))
+    return found
+
+
+def anchors(path: pathlib.Path) -> set[str]:
+    """The anchors GitHub gives the headings of a Markdown page."""
+    found = set()
+    for block_free in re.sub(r"(?ms)^```.*?^```", "", path.read_text(encoding="utf-8")).splitlines():
+        if block_free.startswith("#"):
+            title = block_free.lstrip("#").strip().lower()
+            found.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return found
+
+
+def test_relative_links_resolve() -> None:
+    broken = []
+    for where, target in relative_links():
+        file, _, anchor = target.partition("#")
+        if file in PENDING:
+            continue
+        if not (ROOT / file).exists():
+            broken.append(f"{where} -> {target}")
+        elif anchor and file.endswith(".md") and anchor not in anchors(ROOT / file):
+            broken.append(f"{where} -> {target} (no such section)")
+    assert broken == []
+
+
+def test_pending_pages_do_not_exist_yet() -> None:
+    """Once a pending page is merged, remove it from PENDING so its links are checked."""
+    assert sorted(p for p in PENDING if (ROOT / p).exists()) == []
+
+
+def test_readme_is_a_front_door() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 300
+    assert "slurmenv export" in text and "sh tests/run.sh" in text
+    linked = {target.partition("#")[0] for where, target in relative_links()
+              if where.startswith("README.md")}
+    for page in ("docs/README.md", "docs/ports.md", "docs/troubleshooting.md"):
+        assert page in linked
+
+
+# -- regenerating ---------------------------------------------------------------------------
+def update() -> int:
+    """Rewrite every marked block's outputs with what slurmenv prints now."""
+    changed = 0
+    for page in pages():
+        lines = page.read_text(encoding="utf-8").splitlines()
+        for block in reversed(list(blocks(page))):
+            if block.env is None:
+                continue
+            body: list[str] = []
+            for example in examples(block):
+                actual = run(example)
+                same = comparable(actual, example) == comparable(example.expected, example)
+                text = example.expected if same else canonical(actual, example)
+                changed += not same
+                if body:
+                    body.append("")
+                body.append(PROMPT + example.line)
+                body.extend(text.splitlines())
+            body = [block.indent + line if line else line for line in body]
+            lines[block.line:block.end - 1] = body
+        page.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"{changed} example outputs rewritten")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    if sys.argv[1:] != ["--update"]:
+        sys.exit("usage: python tests/test_docs_examples.py --update")
+    sys.exit(update())

@@ -1,0 +1,50 @@
+"""The README's claims about a compute node where ``slurmenv`` is not on ``PATH``, on the real
+Slurm cluster (tests/slurm_harness.py; needs root).
+
+README, "When slurmenv cannot run: use exec": ``eval $(slurmenv export)`` cannot stop the
+program then, ``srun slurmenv exec -- ...`` fails closed, and so does
+``env=$(slurmenv export) && eval "$env" && exec ...``. ``PATH`` is cut to ``/usr/bin:/bin`` for
+srun and its tasks, so that ``slurmenv`` is missing exactly as on a node without the install.
+"""
+
+from __future__ import annotations
+
+import pytest
+from slurm_harness import SlurmCluster
+
+pytestmark = pytest.mark.slurm
+
+NO_SLURMENV = {"PATH": "/usr/bin:/bin"}
+STEP = ["-N2", "-n2"]
+
+
+def test_the_missing_command_is_really_missing(slurm_cluster: SlurmCluster) -> None:
+    res = slurm_cluster.srun(STEP, ["sh", "-c", "command -v slurmenv || echo absent"],
+                             env=NO_SLURMENV)
+    assert res.returncode == 0, res.stderr
+    assert res.per_task == {0: ["absent"], 1: ["absent"]}
+
+
+def test_eval_cannot_stop_the_program_when_slurmenv_is_missing(
+    slurm_cluster: SlurmCluster,
+) -> None:
+    script = 'eval $(slurmenv export); echo "ran RANK=$RANK"'
+    res = slurm_cluster.srun(STEP, ["bash", "-c", script], env=NO_SLURMENV)
+    assert res.per_task == {0: ["ran RANK="], 1: ["ran RANK="]}  # started, without a rank
+    assert "slurmenv: command not found" in res.stderr
+
+
+def test_exec_fails_closed_when_slurmenv_is_missing(slurm_cluster: SlurmCluster) -> None:
+    res = slurm_cluster.srun(STEP, ["slurmenv", "exec", "--", "echo", "ran"], env=NO_SLURMENV)
+    assert res.returncode != 0
+    assert "ran" not in res.stdout
+    # "No such file or directory", or "Permission denied" where the working directory holds
+    # a directory named slurmenv (as this checkout does): either way the task cannot start
+    assert "error: execve(): slurmenv: " in res.stderr
+
+
+def test_taking_the_output_first_fails_closed(slurm_cluster: SlurmCluster) -> None:
+    script = 'env=$(slurmenv export) && eval "$env" && exec echo ran'
+    res = slurm_cluster.srun(STEP, ["sh", "-c", script], env=NO_SLURMENV)
+    assert res.returncode != 0
+    assert "ran" not in res.stdout
