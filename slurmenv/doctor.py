@@ -24,15 +24,14 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from . import launchers, nodes, resolve, tfconfig
+from . import nodes, resolve, tfconfig
 from .errors import SlurmEnvError
-from .launchers import slurm
+from .launchers import base, outside_step
 from .resolution import Resolution
 from .show import (
     bound_per_task,
     count_list,
     host_of,
-    layout_name,
     node_gpus,
     port_of,
     rank_addresses,
@@ -309,9 +308,8 @@ class _Context:
         self.ephemeral = ephemeral
         self.facts = facts
         self.for_ = for_
-        self.launcher = launchers.detect(environ)
-        self.job = slurm.job_id(environ)
-        self.step = slurm.step_id(environ)
+        self.job = base.job_id(environ)
+        self.step = base.step_id(environ)
 
     @property
     def node(self) -> str:
@@ -322,12 +320,9 @@ class _Context:
         return self.environ.get("SLURMD_NODENAME") or "this node"
 
     def outside_step(self) -> bool:
-        """In a Slurm job's batch script or salloc shell (no step of its own)."""
-        if self.launcher != "slurm":
-            return False
-        if self.step is None:
-            return True
-        return self.step.strip() in (str(slurm.BATCH_STEP), str(slurm.EXTERN_STEP))
+        """In a Slurm job's batch script or salloc shell (no step of its own), and no launcher
+        resolved this task there."""
+        return self.res is None and base.outside_step(self.environ)
 
     def err_category(self) -> str | None:
         if self.err is None:
@@ -370,13 +365,8 @@ class _Context:
 
 def _title(ctx: _Context) -> str:
     res = ctx.res
-    if res is not None and res.launcher == "slurm":
-        return (
-            f"rank {res.rank} of {res.world_size} on {ctx.node} (job {res.job_id}, step "
-            f"{res.step_id})"
-        )
     if res is not None:
-        return f"rank {res.rank} of {res.world_size} on {ctx.node} ({res.launcher})"
+        return f"rank {res.rank} of {res.world_size} on {ctx.node} ({res.label})"
     if ctx.job:
         where = "outside any step" if ctx.outside_step() else f"step {ctx.step}"
         return f"job {ctx.job}, {where}, on {ctx.node}"
@@ -390,7 +380,8 @@ def _from_error(name: str, exc: SlurmEnvError) -> Check:
 
 def _check_step(ctx: _Context) -> Check:
     env = ctx.environ
-    if ctx.launcher == "slurm":
+    res = ctx.res
+    if res is None:
         if ctx.outside_step():
             nodes_ = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "?"
             return Check(
@@ -398,36 +389,16 @@ def _check_step(ctx: _Context) -> Check:
                 f"inside job {ctx.job} ({env.get('SLURM_NTASKS', '?')} tasks on {nodes_}) but "
                 "outside any job step: the batch script or an salloc shell, where every task "
                 "would get rank 0",
-                slurm.OUTSIDE_STEP_FIX + "; run the doctor there too: srun slurmenv doctor",
+                outside_step.OUTSIDE_STEP_FIX + "; run the doctor there too: srun slurmenv doctor",
             )
-        if ctx.step is not None and ctx.step.strip() == str(slurm.INTERACTIVE_STEP):
-            return Check(
-                "step", WARNING,
-                f"interactive step of job {ctx.job} (salloc with use_interactive_step): one "
-                "process; the training runs as a single process here",
-                "start the training tasks with srun from this shell: srun slurmenv exec -- "
-                "python train.py",
-            )
-        res = ctx.res
-        if res is None:
+        if ctx.job is not None:
             return Check("step", OK, f"a task of job step {ctx.job}.{ctx.step} (srun)")
-        return Check(
-            "step", OK,
-            f"a task of job step {res.job_id}.{res.step_id} (srun): rank {res.rank} of "
-            f"{res.world_size}",
-        )
-    if ctx.launcher == "preset":
-        who = "torchrun" if env.get("TORCHELASTIC_RUN_ID") else "hand-set variables"
-        inside = f" inside Slurm job {ctx.job}" if ctx.job else ""
-        return Check(
-            "step", OK,
-            f"RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT come from {who}{inside}: they win",
-        )
-    return Check(
-        "step", WARNING,
-        "not inside a Slurm job: slurmenv gives a single process (rank 0 of 1 on 127.0.0.1)",
-        "run it where the training runs: srun slurmenv doctor (or replay a dump: --from FILE)",
-    )
+        return ctx.no_resolution("step")
+    if res.origin_fix is not None:
+        return Check("step", WARNING, res.origin, res.origin_fix)
+    if res.in_worker:
+        return Check("step", OK, res.origin)
+    return Check("step", OK, f"{res.origin}: rank {res.rank} of {res.world_size}")
 
 
 def _check_counts(ctx: _Context) -> Check:
@@ -437,20 +408,23 @@ def _check_counts(ctx: _Context) -> Check:
     res = ctx.res
     if res is None:
         return ctx.no_resolution("counts")
-    if res.launcher != "slurm":
+    if res.tasks_per_node is None:
         return Check(
             "counts", OK,
             f"rank {res.rank} of {res.world_size}, local rank {res.local_rank} of "
             f"{res.local_world_size}, {res.nnodes} node(s) ({res.launcher})",
         )
     env = ctx.environ
-    name = layout_name(res)
+    name = res.layout_name
     layout = f", {name} layout" if name else ""
+    counts_from = res.sources.get("LOCAL_WORLD_SIZE", "").partition(" at ")[0]
+    own_from = "/".join(
+        res.sources.get(key, "").partition("=")[0] for key in ("NODE_RANK", "LOCAL_RANK")
+    )
     message = (
-        f"{res.world_size} tasks on {res.nnodes} nodes (SLURM_STEP_TASKS_PER_NODE="
-        f"{env.get('SLURM_STEP_TASKS_PER_NODE')}{layout}); this task: node {res.node_rank} "
-        f"({res.hostname}), local rank {res.local_rank} of {res.local_world_size}, as "
-        "SLURM_NODEID/SLURM_LOCALID"
+        f"{res.world_size} tasks on {res.nnodes} nodes ({counts_from}{layout}); this task: node "
+        f"{res.node_rank} ({res.hostname}), local rank {res.local_rank} of "
+        f"{res.local_world_size}, as {own_from}"
         + ("/SLURM_GTIDS" if env.get("SLURM_GTIDS") else "") + " say"
     )
     job_tasks = env.get("SLURM_NTASKS")
@@ -881,7 +855,7 @@ def _check_tf_config(ctx: _Context) -> Check:
     res = ctx.res
     if res is None:
         return ctx.no_resolution("tf-config")
-    if res.launcher not in ("slurm", "local") and not ctx.environ.get("TF_CONFIG"):
+    if not res.layout_known and "TF_CONFIG" not in res.fixed:
         return Check(
             "tf-config", SKIPPED,
             f"{res.launcher} sets no TF_CONFIG (TensorFlow needs one task per process under "
@@ -902,7 +876,7 @@ def _check_tf_config(ctx: _Context) -> Check:
             "build the resolver in Python (slurmenv.resolve().tf_config) or export --for torch",
         )
     inherited = ctx.environ.get("TF_CONFIG")
-    if inherited and res.launcher == "slurm" and _json(inherited) != config:
+    if inherited and "TF_CONFIG" not in res.fixed and _json(inherited) != config:
         return Check(
             "tf-config", WARNING,
             f"TF_CONFIG is already set and differs from this step's ({message})",

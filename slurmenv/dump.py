@@ -31,36 +31,23 @@ from typing import Any, NamedTuple
 
 from . import __version__, resolve
 from .errors import SlurmEnvError
+from .launchers import base
 from .resolution import Resolution
 
 FORMAT = 1
+FREE_PORT_SOURCE = "a port free on 127.0.0.1 now"  # derive.FREE_PORT_SOURCE, also in old dumps
 FORMAT_KEY = "slurmenv_dump"
 
-#: The Slurm variables slurmenv (resolver, ``show`` and ``doctor``) reads.
+#: Slurm variables read besides the launchers' own (each launcher module declares its
+#: VARIABLES and PREFIXES, see launchers/base.py): the cluster, the allocation doctor compares
+#: with the step, CPUs and GPUs.
 SLURM_VARIABLES = (
-    # identity of the job and step
-    "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_CLUSTER_NAME",
-    # the step: nodes, counts, this task, layout
-    "SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES", "SLURM_STEP_NUM_TASKS",
-    "SLURM_STEP_TASKS_PER_NODE", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_GTIDS",
-    "SLURMD_NODENAME", "SLURM_DISTRIBUTION", "SLURM_DIST_PLANESIZE", "SLURM_HOSTFILE",
-    "SLURM_STEP_RESV_PORTS",
-    # heterogeneous steps (and SLURM_JOB_NODELIST_{HET,PACK}_GROUP_<k>, see PATTERNS)
-    "SLURM_HET_SIZE", "SLURM_PACK_SIZE",
-    # the job (allocation), compared with the step by doctor
+    "SLURM_CLUSTER_NAME",
     "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NUM_NODES", "SLURM_NNODES",
     "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_TASKS_PER_NODE",
-    # CPUs and GPUs
     "SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS",
     "SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_TASK", "SLURM_GPUS_PER_NODE", "SLURM_GPU_BIND",
     "SLURMD_TRES_BIND",
-)  # fmt: skip
-
-#: What another launcher (torchrun) or the user may have set, which slurmenv reads too.
-LAUNCHER_VARIABLES = (
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
-    "GROUP_WORLD_SIZE", "NNODES", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
-    "HOSTNAME", "TF_CONFIG",
 )  # fmt: skip
 
 #: Devices, threads and network choices (GPU binding, thread counts, doctor).
@@ -76,42 +63,49 @@ PROXY_VARIABLES = (
     "no_grpc_proxy", "no_proxy", "NO_PROXY",
 )  # fmt: skip
 
-#: Every variable a dump may hold (plus any ``SLURMENV_*``).
-VARIABLES = SLURM_VARIABLES + LAUNCHER_VARIABLES + NODE_VARIABLES + PROXY_VARIABLES
-PREFIXES = ("SLURMENV_",)
-#: Names with a number in them: the node list of each component of a heterogeneous job.
-PATTERNS = (re.compile(r"^SLURM_JOB_NODELIST_(HET|PACK)_GROUP_[0-9]+$"),)
-#: Proxy variables whose values are URLs that may carry ``user:password@``.
-_URL_PROXIES = tuple(name for name in PROXY_VARIABLES if "no_" not in name.lower())
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)?(.*)$", re.DOTALL)
-REDACTED = "REDACTED"
+#: Values already set that the outputs compare with or replace.
+OUTPUT_VARIABLES = (
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
+    "NNODES", "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG",
+)  # fmt: skip
+
+
+def _launcher_names() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Every registered launcher's VARIABLES and PREFIXES."""
+    from . import launchers
+
+    names: list[str] = []
+    prefixes: list[str] = []
+    for module in launchers.modules():
+        names.extend(module.VARIABLES)
+        prefixes.extend(module.PREFIXES)
+    return tuple(names), tuple(prefixes)
+
+
+_LAUNCHER_VARIABLES, _LAUNCHER_PREFIXES = _launcher_names()
+#: Every variable a dump may hold (the allow-list), plus those matching PREFIXES.
+VARIABLES = tuple(dict.fromkeys(
+    _LAUNCHER_VARIABLES + SLURM_VARIABLES + OUTPUT_VARIABLES + NODE_VARIABLES + PROXY_VARIABLES
+))
+PREFIXES = ("SLURMENV_", *_LAUNCHER_PREFIXES)
+REDACTED = base.REDACTED
+redact_proxy = base.redact_proxy
 
 DEFAULT_OUTPUT = "slurmenv-dump-%j.%s.%t.json"
 
 
-def redact_proxy(value: str) -> str:
-    """``http://user:pass@proxy:3128`` -> ``http://REDACTED@proxy:3128``: keep the host only."""
-    match = _SCHEME.match(value)
-    assert match is not None  # the pattern matches every string
-    scheme, rest = match.group(1) or "", match.group(2)
-    if "@" not in rest:
-        return value
-    return f"{scheme}{REDACTED}@{rest[rest.rfind('@') + 1:]}"
-
-
 def is_read(name: str) -> bool:
     """Whether slurmenv reads the variable ``name`` (so a dump keeps it)."""
-    return name in VARIABLES or name.startswith(PREFIXES) or any(p.match(name) for p in PATTERNS)
+    return name in VARIABLES or name.startswith(PREFIXES)
 
 
 def select(environ: Mapping[str, str]) -> dict[str, str]:
-    """The variables of ``environ`` that slurmenv reads, proxies redacted, sorted by name."""
-    out = {}
-    for name in sorted(environ):
-        if is_read(name):
-            value = str(environ[name])
-            out[name] = redact_proxy(value) if name in _URL_PROXIES else value
-    return out
+    """The variables of ``environ`` that slurmenv reads, sorted by name, with credentials
+    (``*_TOKEN``, ``OMPI_MCA_orte_precondition_transports``, ...) and proxy passwords
+    redacted (``launchers.base.redact``)."""
+    return {
+        name: base.redact(name, str(environ[name])) for name in sorted(environ) if is_read(name)
+    }
 
 
 def expand_output(pattern: str, environ: Mapping[str, str]) -> str:
@@ -385,7 +379,8 @@ def replay_report(dump: Dump, replayed: dict[str, Any]) -> list[str]:
         lines.append(f"  ... and {len(diff) - 40} more")
     if dump.asked_resolve_addr():
         lines.append("  (the DNS lookup of --resolve-addr is not replayed: MASTER_ADDR stays a name)")
-    if dump.recorded.get("summary", {}).get("launcher") == "local":
+    port_source = dump.recorded.get("summary", {}).get("sources", {}).get("MASTER_PORT", "")
+    if str(port_source).startswith(FREE_PORT_SOURCE):
         lines.append("  (outside a step the port is whatever was free on that machine)")
     return lines
 

@@ -8,6 +8,9 @@ from types import MappingProxyType
 
 from ._compat import TYPE_CHECKING
 from .errors import SlurmEnvError
+from .launchers.base import Topology
+
+__all__ = ["OUTPUTS", "Resolution", "Topology"]
 
 if TYPE_CHECKING:
     from typing import Any
@@ -37,32 +40,6 @@ OUTPUTS = {
 }
 
 
-class Topology:
-    """The parts of a resolution that need the whole step's layout, computed on first use.
-
-    Launchers subclass it; the base class knows nothing beyond this task.
-    """
-
-    def hosts(self) -> Sequence[str]:
-        """Node names of the step in node-index order."""
-        raise SlurmEnvError("this launcher does not tell the step's node list")
-
-    def node_of(self) -> Sequence[int]:
-        """Node index of every rank."""
-        raise SlurmEnvError("this launcher does not tell where each rank runs")
-
-    def local_of(self) -> Sequence[int]:
-        """Local rank of every rank."""
-        raise SlurmEnvError("this launcher does not tell where each rank runs")
-
-    def tf_workers(self) -> list[str]:
-        """``host:port`` of every rank, in rank order (TensorFlow's worker list)."""
-        raise SlurmEnvError(
-            "TF_CONFIG cannot be built: this launcher does not tell where each rank runs",
-            fix="launch one task per process with srun so slurmenv sees the whole step",
-        )
-
-
 class Resolution:
     """What one task needs to join its distributed job (see ``slurmenv.resolve``).
 
@@ -80,10 +57,13 @@ class Resolution:
         "_cache",
         "_topology",
         "bindings",
+        "fixed",
         "gpu_source",
         "gpus",
         "hostname",
+        "in_worker",
         "job_id",
+        "label",
         "launcher",
         "local_rank",
         "local_world_size",
@@ -92,6 +72,8 @@ class Resolution:
         "nnodes",
         "node_rank",
         "notes",
+        "origin",
+        "origin_fix",
         "rank",
         "sources",
         "step_id",
@@ -117,6 +99,11 @@ class Resolution:
     bindings: Mapping[str, str]
     gpus: tuple[str, ...] | None
     gpu_source: str
+    fixed: Mapping[str, str]
+    origin: str
+    origin_fix: str | None
+    label: str
+    in_worker: bool
     _topology: Topology
     _cache: dict[str, Any]
 
@@ -143,6 +130,11 @@ class Resolution:
         bindings: Mapping[str, str] | None = None,
         gpus: Sequence[str] | None = None,
         gpu_source: str = "",
+        fixed: Mapping[str, str] | None = None,
+        origin: str = "",
+        origin_fix: str | None = None,
+        label: str = "",
+        in_worker: bool = False,
     ) -> None:
         values = {
             "launcher": launcher, "rank": rank, "local_rank": local_rank, "world_size": world_size,
@@ -153,6 +145,8 @@ class Resolution:
             "_cache": {} if tf_config is None else {"tf_config_fn": tf_config},
             "bindings": MappingProxyType(dict(bindings or {})),
             "gpus": None if gpus is None else tuple(gpus), "gpu_source": gpu_source,
+            "fixed": MappingProxyType(dict(fixed or {})), "origin": origin,
+            "origin_fix": origin_fix, "label": label or launcher, "in_worker": in_worker,
         }
         for key, value in values.items():
             object.__setattr__(self, key, value)
@@ -196,6 +190,25 @@ class Resolution:
     def is_chief(self) -> bool:
         """True on rank 0: the task that should write checkpoints and logs."""
         return self.rank == 0
+
+    @property
+    def layout_known(self) -> bool:
+        """Whether the launcher tells which node every rank is on (so the whole world can be
+        drawn: ``show --all-ranks``); the layout may still be refused, with the reason."""
+        return bool(self._topology.layout_known)
+
+    @property
+    def layout_name(self) -> str | None:
+        """``block``, ``cyclic (Slurm's default)``, ... (None when the launcher has no layout)."""
+        try:
+            return self._topology.layout_name()
+        except SlurmEnvError:
+            return None
+
+    @property
+    def tasks_per_node(self) -> str | None:
+        """The per-node task counts as the launcher wrote them (``2(x2)``), or None."""
+        return self._topology.tasks_per_node
 
     @property
     def hosts(self) -> tuple[str, ...]:

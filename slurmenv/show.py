@@ -78,14 +78,8 @@ def host_of(address: str) -> str:
 
 
 def layout_name(res: Resolution) -> str | None:
-    """``block``, ``cyclic``, ``plane=P``... for a Slurm step (None for other launchers)."""
-    name = getattr(res._topology, "layout_name", None)
-    if name is None:
-        return None
-    try:
-        return str(name())
-    except SlurmEnvError:
-        return None
+    """``block``, ``cyclic``, ``plane=P``... (None for launchers without a layout)."""
+    return res.layout_name
 
 
 def _gpus_module_column(res: Resolution, environ: Mapping[str, str]) -> list[str] | None:
@@ -339,7 +333,7 @@ def main(argv: Sequence[str]) -> int:
         if args.one_line:
             text = one_line(res, environ) + "\n"
         elif args.all_ranks:
-            if res.launcher not in ("slurm", "local", "slurm-interactive-step"):
+            if not res.layout_known:
                 raise SlurmEnvError(
                     f"--all-ranks needs the whole step's layout, but {res.launcher} set only "
                     "this task's variables",

@@ -82,7 +82,7 @@ def nproc_per_node(res: Resolution) -> tuple[int, str]:
 def check_one_per_node(res: Resolution) -> None:
     """Refuse a step that runs more than one task on some node (one torchrun per node), and
     a resolution made inside another launcher (torchrun's workers)."""
-    if res.launcher not in ("slurm", "local", "slurm-interactive-step"):
+    if res.in_worker:
         raise SlurmEnvError(
             f"already inside a launcher ({res.launcher}) that set RANK and WORLD_SIZE: "
             "torchrun would start processes inside its processes",
@@ -95,7 +95,7 @@ def check_one_per_node(res: Resolution) -> None:
             f"tasks on {res.nnodes} nodes ({res.local_world_size} on this one)",
             variable="SLURM_STEP_TASKS_PER_NODE",
             # The Slurm step's own text (the step topology keeps it), e.g. "2(x2)".
-            value=getattr(res._topology, "tasks_per_node", None),
+            value=res.tasks_per_node,
             fix=ONE_PER_NODE_FIX,
         )
 

@@ -21,9 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import slurmenv
-from slurmenv import doctor, dump
+from slurmenv import doctor, dump, launchers
 from slurmenv.cli import main
-from slurmenv.launchers import preset
+from slurmenv.launchers import base
 
 HOSTS = ["r1n09", "r1n10", "r2n09", "r2n10"]
 PACKAGE = pathlib.Path(slurmenv.__file__).parent
@@ -99,8 +99,23 @@ def test_every_variable_slurmenv_reads_is_dumped() -> None:
     """A new variable read anywhere in slurmenv must be added to dump.VARIABLES."""
     missing = sorted(name for name in _env_names_in_source() if not dump.is_read(name))
     assert missing == []
-    launcher_names = set(preset.REQUIRED) | set(preset.MARKERS) | set(slurmenv.OUTPUTS["all"])
+    launcher_names = set(slurmenv.OUTPUTS["all"])
+    for module in launchers.modules():
+        launcher_names |= set(module.VARIABLES)
+        assert all(dump.is_read(prefix + "X") for prefix in module.PREFIXES), module.NAME
     assert sorted(n for n in launcher_names if not dump.is_read(n)) == []
+
+
+@pytest.mark.parametrize(
+    "name", ["OMPI_MCA_orte_precondition_transports", "TORCHELASTIC_TOKEN", "PMIX_SECRET",
+             "SLURMENV_API_KEY", "MV2_PASSWORD", "SLURM_JWT", "PMI_CRED"],
+)
+def test_credential_like_names_are_redacted(name: str) -> None:
+    assert base.redact(name, "s3cr3t-value") == "REDACTED"
+    # kept only through the allow-list, and then redacted
+    kept = dump.select({name: "s3cr3t-value", "TORCHELASTIC_RUN_ID": "r1"})
+    assert "s3cr3t-value" not in json.dumps(kept)
+    assert kept["TORCHELASTIC_RUN_ID"] == "r1"
 
 
 def test_output_name_patterns() -> None:

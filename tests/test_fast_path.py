@@ -183,6 +183,15 @@ def test_named_tuple_without_typing_behaves_like_typings() -> None:
         assert cls._fields == ("x", "y") and cls._field_defaults == {"y": 0}
         assert cls(1) == (1, 0) and p._replace(x=0) == (0, -4) and p._asdict() == {"x": 3, "y": -4}
         assert cls.__doc__ == "A point." and repr(p) == "Point(x=3, y=-4)"
+        assert cls._make([5, 6]) == (5, 6) and cls.__match_args__ == ("x", "y")
+        assert hash(p) == hash((3, -4)) and p.x == 3 and p[1] == -4
+        for bad_args, bad_kwargs in (((), {}), ((1, 2, 3), {}), ((1,), {"x": 2}), ((1,), {"z": 0})):
+            with pytest.raises(TypeError):
+                cls(*bad_args, **bad_kwargs)
+        with pytest.raises(ValueError):
+            p._replace(z=1)
+        with pytest.raises(AttributeError):
+            p.x = 1  # type: ignore[misc]
     # the real ones pickle (by qualified name) and keep their methods
     for value in (options.Options(port=12000), ports.Ports(1, [2], "s"),
                   layout.Distribution("plane", 2, "x")):

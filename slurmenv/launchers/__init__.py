@@ -1,29 +1,82 @@
-"""Launchers, tried in order: each module answers "is it present?" and "resolve this task".
+"""The launcher registry: which launcher started this task, tried in order.
 
-1. ``preset`` with a marker (``torchrun`` inside ``srun``): the launcher's own values win.
-2. ``slurm``: inside a Slurm job (a step resolves; the batch script is refused).
-3. ``preset`` without a marker: all four torch variables set by hand, outside Slurm.
-4. ``local``: a single process.
+Each entry names a module of this package (the interface is in ``base.py``). The signals
+overlap, so the order decides; the comment on each line says why it is there. Modules are
+imported in order only until one detects the task, and a module listed in :data:`SIGNALS` only
+when one of its signal variables is set: a Slurm step task imports ``slurm`` and no other
+launcher (start-up cost: ``docs/design.md``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..options import Options
-from ..resolution import Resolution
-from . import preset, slurm  # local (socket) is imported only when used
+from .._compat import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from ..options import Options
+    from ..resolution import Resolution
+
+REGISTRY = (
+    # torchrun's workers (TORCHELASTIC_RUN_ID with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT):
+    # torchrun numbered its processes itself, so its values win, even inside an srun task
+    # whose SLURM_* describe the agent's task, not the worker.
+    "torchrun",
+    # A real Slurm step task whose SLURM_* are its own (base.slurm_step_is_own): srun tasks,
+    # and srun --mpi=pmi2/cray_shasta ranks whose PMI_*/PALS_* agree with SLURM_PROCID.
+    # Before the MPI launchers: those signals are also present in such tasks.
+    "slurm",
+    # MPI launchers (mpirun, mpiexec) go here: their ranks inherit a daemon step's or the batch
+    # script's SLURM_* (never their own), so they come after "slurm" and before the job-level
+    # fallback below, which would refuse them.
+    # Inside a Slurm job but in no step of srun tasks (batch script, salloc shell, extern
+    # step; salloc's interactive step is one process): after every launcher that can run
+    # inside a job, before the hand-set variables, which a batch script often exports.
+    "outside_step",
+    # RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set by hand outside Slurm: after every
+    # launcher, whose own variables describe the task better than inherited ones.
+    "preset",
+    # Nothing else matched: a single process on this machine.
+    "local",
+)
+
+#: Variables of which at least one must be set for a launcher's ``detect`` to be true: the
+#: module is not even imported otherwise (tests/test_registry.py checks the implication).
+#: Only worth it for launchers before ``slurm`` in the registry, which every step task tries.
+SIGNALS = {
+    "torchrun": ("TORCHELASTIC_RUN_ID",),
+}
 
 
-def detect(environ: Mapping[str, str]) -> str:
-    """The name of the launcher that ``resolve`` would use for this environment."""
-    if preset.marker(environ) and preset.is_present(environ):
-        return "preset"
-    if slurm.is_present(environ):
-        return "slurm"
-    if preset.is_present(environ):
-        return "preset"
-    return "local"
+def load(name: str) -> ModuleType:
+    """The launcher module ``name`` of the registry (imported on first use)."""
+    import sys
+
+    full = f"{__name__}.{name}"
+    module = sys.modules.get(full)
+    if module is None:
+        __import__(full)
+        module = sys.modules[full]
+    return module
+
+
+def modules() -> list[ModuleType]:
+    """Every registered launcher module, in registry order (imports them all)."""
+    return [load(name) for name in REGISTRY]
+
+
+def detect(environ: Mapping[str, str]) -> ModuleType:
+    """The first launcher module of the registry that detects this task."""
+    for name in REGISTRY:
+        signals = SIGNALS.get(name)
+        if signals is not None and not any(environ.get(signal) for signal in signals):
+            continue
+        module = load(name)
+        if module.detect(environ):
+            return module
+    raise AssertionError("the last launcher of the registry detects every task")
 
 
 def resolve(
@@ -32,35 +85,8 @@ def resolve(
     ephemeral: tuple[int, int] | None,
     cpus: int | None = None,
 ) -> Resolution:
-    """Resolve with the first launcher that is present, then add the per-task settings."""
-    name = detect(environ)
-    if name == "preset":
-        res = preset.resolve(environ, options.tf_chief)
-    elif name == "slurm":
-        res = slurm.resolve(environ, options, ephemeral)
-    else:
-        from . import local
+    """Resolve with the first launcher that detects the task, through ``derive``."""
+    from .. import derive
 
-        res = local.resolve(environ, options, ephemeral)
-    return add_bindings(res, environ, options, cpus)
-
-
-def add_bindings(
-    res: Resolution, environ: Mapping[str, str], options: Options, cpus: int | None = None
-) -> Resolution:
-    """``res`` with this task's GPU lists (GPU binding) and unset thread counts added;
-    ``cpus`` replaces the task's CPU affinity count (a replay gives the recorded one)."""
-    from .. import gpus, threads
-
-    gpu = gpus.plan(environ, res.local_rank, res.local_world_size, bind=options.bind_gpus)
-    bindings = dict(gpu.env)
-    sources = dict.fromkeys(gpu.env, gpu.source)
-    notes = list(gpu.notes)
-    if options.threads:
-        counts = threads.plan(environ) if cpus is None else threads.plan(environ, lambda: cpus)
-        bindings.update(counts.env)
-        sources.update(dict.fromkeys(counts.env, counts.source))
-        notes.extend(counts.notes)
-    return res.with_bindings(
-        bindings, gpus=gpu.gpus, gpu_source=gpu.source, sources=sources, notes=notes
-    )
+    task = detect(environ).read(environ, options)
+    return derive.resolution(task, environ, options, ephemeral, cpus)

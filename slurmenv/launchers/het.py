@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 from .. import layout, nodes, ports
 from ..errors import SlurmEnvError, parse_int, require
-from .slurm import STEP_FIX, SlurmStep, _address, parse_gtids
+from .slurm import STEP_FIX, SlurmStep, parse_gtids
 
 HET_FIX = (
     "export only the torch variables (slurmenv export --for torch), give that component one "
@@ -245,7 +245,7 @@ class HetStep(SlurmStep):
         per_node = self._tf_ports()
         for port in per_node[self.nodeid][: self.counts[self.nodeid]]:
             ports.check_outside(port, self.ephemeral, "TF_CONFIG port")
-        hosts = [_address(host, self.options) for host in self.order]
+        hosts = [self.address(host) for host in self.order]
         return [f"{hosts[n]}:{per_node[n][k]}" for n, k in zip(placed.node_of, placed.local_of)]
 
     def _own_reservations(self) -> list[list[int]] | None:
@@ -254,10 +254,11 @@ class HetStep(SlurmStep):
         other. None when the ports are not (only) Slurm's reservations."""
         plan = self.port_plan
         reserved = self.environ.get("SLURM_STEP_RESV_PORTS")
-        explicit = self.options.port is not None or self.environ.get("MASTER_PORT")
-        if not reserved or explicit:
+        if not reserved:
             return None
         listed = ports.parse_port_list(reserved, "SLURM_STEP_RESV_PORTS")
+        if (plan.master, plan.tf) != (listed[0], listed[1:]):
+            return None  # an explicit port (or MASTER_PORT) won over the reservation
         sizes = [max(self.counts[p.first_node : p.first_node + p.nnodes]) + 1 for p in self.parts]
         if sum(sizes) != len(listed) or listed[0] != plan.master:
             return None

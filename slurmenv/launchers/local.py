@@ -2,46 +2,24 @@
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Mapping
 
-from .. import ports
-from ..errors import SlurmEnvError
 from ..options import Options
-from ..resolution import Resolution, Topology
+from .base import Task, Topology
 
-
-def free_port(port_range: tuple[int, int], avoid: int = 0) -> int:
-    """A TCP port of ``port_range`` that is free on 127.0.0.1 right now.
-
-    Chosen in the range (below the ephemeral range) rather than by the kernel, which would
-    pick one inside the ephemeral range. The search starts at a point derived from the PID.
-    """
-    lo, hi = port_range
-    span = hi - lo + 1
-    start = os.getpid() * 7919 % span
-    for k in range(span):
-        port = lo + (start + k) % span
-        if port == avoid:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise SlurmEnvError(
-        f"no free port on 127.0.0.1 in {lo}-{hi}", variable="SLURMENV_PORT_RANGE",
-        value=f"{lo}-{hi}", fix="give another range with SLURMENV_PORT_RANGE or --port-range",
-    )
+NAME = "local"
+VARIABLES: tuple[str, ...] = ()
+PREFIXES: tuple[str, ...] = ()
 
 
 class LocalTopology(Topology):
-    """One node, one rank."""
+    """One node, one rank; its TensorFlow port is the one ``derive`` found free."""
 
-    def __init__(self, tf_port: int) -> None:
-        self.tf_port = tf_port
+    layout_known = True
+
+    def largest_local(self) -> int:
+        return 1
 
     def hosts(self) -> list[str]:
         return ["127.0.0.1"]
@@ -53,25 +31,21 @@ class LocalTopology(Topology):
         return [0]
 
     def tf_workers(self) -> list[str]:
-        return [f"127.0.0.1:{self.tf_port}"]
+        return [f"127.0.0.1:{self.port_plan.tf[0]}"]
+
+    def tf_source(self) -> str:
+        return f"one worker on 127.0.0.1:{self.port_plan.tf[0]}"
 
 
-def resolve(
-    environ: Mapping[str, str],
-    options: Options,
-    ephemeral: tuple[int, int] | None,
-    launcher: str = "local",
-) -> Resolution:
-    """Rank 0 of a world of 1: what a script started by hand outside any launcher needs."""
-    if options.port is not None:
-        port, why = options.port, "given port (--port or SLURMENV_PORT)"
-    elif environ.get("MASTER_PORT"):
-        port = ports.parse_port(environ["MASTER_PORT"], "MASTER_PORT")
-        why = f"MASTER_PORT={port} already set (it wins)"
-    else:
-        port, why = free_port(options.port_range), "a port free on 127.0.0.1 now (single process)"
-    tf_port = free_port(options.port_range, avoid=port)
-    where = "not inside a Slurm step" if launcher == "local" else "Slurm interactive step"
+def detect(environ: Mapping[str, str]) -> bool:
+    """The last resort of the registry: always."""
+    return True
+
+
+def single_process(
+    environ: Mapping[str, str], launcher: str, where: str, origin: str, origin_fix: str
+) -> Task:
+    """Rank 0 of a world of 1 on 127.0.0.1; ``where`` says why (for ``sources``)."""
     sources = {
         "RANK": f"{where}: single process",
         "LOCAL_RANK": f"{where}: single process",
@@ -81,13 +55,25 @@ def resolve(
         "GROUP_RANK": f"{where}: single node",
         "NNODES": f"{where}: single node",
         "MASTER_ADDR": "loopback (single process)",
-        "MASTER_PORT": why,
-        "TF_CONFIG": f"one worker on 127.0.0.1:{tf_port}",
     }
-    return Resolution(
+    return Task(
         launcher=launcher, rank=0, local_rank=0, world_size=1, local_world_size=1,
-        node_rank=0, nnodes=1, master_addr="127.0.0.1", master_port=port,
-        hostname=socket.gethostname(), job_id=environ.get("SLURM_JOB_ID"),
-        step_id=environ.get("SLURM_STEP_ID"), sources=sources, tf_chief=options.tf_chief,
-        topology=LocalTopology(tf_port),
+        node_rank=0, nnodes=1, hostname=socket.gethostname(), sources=sources,
+        master_host="127.0.0.1", master_source="loopback (single process)",
+        port_seed=None, port_seed_source="a single process: a free port is chosen",
+        reserved_ports=None, topology=LocalTopology(),
+        job_id=environ.get("SLURM_JOB_ID"), step_id=environ.get("SLURM_STEP_ID"),
+        fixed={"MASTER_ADDR": "127.0.0.1"}, origin=origin, origin_fix=origin_fix,
+        free_port=True,
+    )
+
+
+def read(environ: Mapping[str, str], options: Options) -> Task:
+    """Rank 0 of a world of 1: what a script started by hand outside any launcher needs."""
+    return single_process(
+        environ, NAME, "not inside a Slurm step",
+        origin="not inside a Slurm job: slurmenv gives a single process (rank 0 of 1 on "
+        "127.0.0.1)",
+        origin_fix="run it where the training runs: srun slurmenv doctor (or replay a dump: "
+        "--from FILE)",
     )

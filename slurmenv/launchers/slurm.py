@@ -12,43 +12,22 @@ from collections.abc import Mapping
 from .. import layout, nodes, ports
 from ..errors import SlurmEnvError, parse_int, require
 from ..options import Options
-from ..resolution import Resolution, Topology
+from .base import Task, Topology, job_id, slurm_step_is_own, step_id
 
-INTERACTIVE_STEP = 4294967290  # salloc with LaunchParameters=use_interactive_step
-EXTERN_STEP = 4294967291
-BATCH_STEP = 4294967294
-OUTSIDE_STEP_FIX = (
-    "evaluate slurmenv inside the job step, in every task: "
-    "srun bash -c 'eval $(slurmenv export); python train.py' (single quotes, so the batch "
-    "script does not expand it) or srun slurmenv exec -- python train.py"
-)
+NAME = "slurm"
+#: The step-level variables read (job-level ones describe the allocation and are never mixed
+#: in); the component node lists of a heterogeneous job are PREFIXES.
+VARIABLES = (
+    "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NODELIST",
+    "SLURM_STEP_NUM_NODES", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE",
+    "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_GTIDS", "SLURMD_NODENAME",
+    "SLURM_DISTRIBUTION", "SLURM_DIST_PLANESIZE", "SLURM_HOSTFILE", "SLURM_STEP_RESV_PORTS",
+    "SLURM_HET_SIZE", "SLURM_PACK_SIZE",
+)  # fmt: skip
+PREFIXES = ("SLURM_JOB_NODELIST_HET_GROUP_", "SLURM_JOB_NODELIST_PACK_GROUP_")
 STEP_FIX = "run slurmenv inside an srun task; Slurm sets this variable in every task"
 
-
-def job_id(environ: Mapping[str, str]) -> str | None:
-    """The job ID, if this process belongs to a Slurm job."""
-    return environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID") or None
-
-
-def step_id(environ: Mapping[str, str]) -> str | None:
-    """The step ID, if this process is a task of a Slurm step."""
-    return environ.get("SLURM_STEP_ID") or environ.get("SLURM_STEPID") or None
-
-
-def is_present(environ: Mapping[str, str]) -> bool:
-    """True inside a Slurm job (a step, the batch script or an salloc shell)."""
-    return job_id(environ) is not None
-
-
-def refuse_outside_step(environ: Mapping[str, str], step: str | None) -> SlurmEnvError:
-    """The error for the batch script / salloc shell: the bug that gives every task rank 0."""
-    return SlurmEnvError(
-        f"inside Slurm job {job_id(environ)} but outside any job step (the batch script or an "
-        "salloc shell): evaluated here, every task would get rank 0",
-        variable="SLURM_STEP_ID",
-        value=step,
-        fix=OUTSIDE_STEP_FIX,
-    )
+detect = slurm_step_is_own
 
 
 def parse_gtids(text: str) -> list[int]:
@@ -64,6 +43,8 @@ def parse_gtids(text: str) -> list[int]:
 
 class SlurmStep(Topology):
     """A validated Slurm step: counts, node list and layout, expanded lazily."""
+
+    layout_known = True
 
     def __init__(self, environ: Mapping[str, str]) -> None:
         self.environ = environ
@@ -187,6 +168,9 @@ class SlurmStep(Topology):
     def local_of(self) -> list[int]:
         return self.known().local_of
 
+    def largest_local(self) -> int:
+        return layout.largest(self.counts)
+
     def layout_name(self) -> str:
         dist = self.distribution
         if isinstance(dist, layout.UnknownLayout):
@@ -256,12 +240,6 @@ class SlurmStep(Topology):
         return f"{self.layout_name()} layout, TensorFlow ports " \
             f"{self.port_plan.tf[: layout.largest(self.counts)]} by local rank"
 
-    def use(self, options: Options, port_plan: ports.Ports, ephemeral: tuple[int, int] | None) -> None:
-        """Remember the address options and ports that the worker list is built from."""
-        self.options = options
-        self.port_plan = port_plan
-        self.ephemeral = ephemeral
-
     def step_tf_ports(self) -> list[int]:
         """The TF port of each local rank (the same on every node); refuses too few."""
         plan, needed = self.port_plan, layout.largest(self.counts)
@@ -282,9 +260,7 @@ class SlurmStep(Topology):
         tf_ports = self.step_tf_ports()
         for port in tf_ports[: self.counts[self.nodeid]]:
             ports.check_outside(port, self.ephemeral, "TF_CONFIG port")
-        hosts = self.hosts()
-        if self.options.addr_template:
-            hosts = [_address(host, self.options) for host in hosts]
+        hosts = [self.address(host) for host in self.hosts()]
         placed = self.known()
         suffixes = [f":{port}" for port in tf_ports]
         return [hosts[n] + suffixes[k] for n, k in zip(placed.node_of, placed.local_of)]
@@ -299,75 +275,17 @@ def new_step(environ: Mapping[str, str]) -> SlurmStep:
     return SlurmStep(environ)
 
 
-def _check_inherited(environ: Mapping[str, str], step: SlurmStep) -> list[str]:
-    """Values another layer set (often the batch script) must agree with this task's own."""
-    notes = []
-    for name, mine in (
-        ("RANK", step.procid), ("LOCAL_RANK", step.localid), ("WORLD_SIZE", step.ntasks),
-    ):
-        inherited = environ.get(name)
-        if inherited is None or inherited == "":
-            continue
-        if inherited.strip() != str(mine):
-            raise SlurmEnvError(
-                f"{name}={inherited} is already set but this task's value is {mine}: it was "
-                "probably exported in the batch script, where every task gets rank 0",
-                variable=name,
-                value=inherited,
-                fix=f"unset {name} before srun (or use srun --export=NONE) and let slurmenv set it "
-                "in the step",
-            )
-        notes.append(f"{name}={inherited} was already set and agrees")
-    return notes
-
-
-def _address(host: str, options: Options) -> str:
-    return options.addr_template.format(host=host) if options.addr_template else host
-
-
-def resolve(environ: Mapping[str, str], options: Options, ephemeral: tuple[int, int] | None) -> Resolution:
-    """Resolve one task of a Slurm step."""
+def read(environ: Mapping[str, str], options: Options) -> Task:
+    """One task of a Slurm step (``detect`` said the SLURM_* are its own)."""
     job = job_id(environ)
     step = step_id(environ)
-    if step is None:
-        raise refuse_outside_step(environ, step)
+    assert job is not None and step is not None
     step_number = parse_int("SLURM_STEP_ID", step)
-    if step_number in (BATCH_STEP, EXTERN_STEP):
-        raise refuse_outside_step(environ, step)
-    assert job is not None
     job_number = parse_int("SLURM_JOB_ID", job)
-    if step_number == INTERACTIVE_STEP:
-        from . import local
-
-        return local.resolve(environ, options, ephemeral, launcher="slurm-interactive-step")
     slurm = new_step(environ)
     slurm.check_self()
-    notes = _check_inherited(environ, slurm)
-
     master_host = slurm.master_node()
-    master_addr = _address(master_host, options)
-    addr_source = f"node of rank 0 = {master_host} ({slurm.layout_name()} layout of " \
-        f"SLURM_STEP_NODELIST={slurm.nodelist})"
-    if options.addr_template:
-        addr_source += f", through the template {options.addr_template!r}"
-    if options.resolve_addr:
-        import socket
-
-        try:
-            master_addr = socket.gethostbyname(master_addr)
-        except OSError as exc:
-            raise SlurmEnvError(
-                f"cannot resolve the master node's name {master_addr!r} ({exc})",
-                variable="SLURMENV_RESOLVE_ADDR", value="1",
-                fix="drop the resolve option to pass the name, or fix the name/template",
-            ) from None
-        addr_source += ", resolved by DNS"
-
-    max_local = layout.largest(slurm.counts)
-    port_plan = _ports(environ, options, job_number, step_number, max_local, ephemeral)
-    ports.check_outside(port_plan.master, ephemeral, "MASTER_PORT")
-
-    slurm.use(options, port_plan, ephemeral)
+    reserved = environ.get("SLURM_STEP_RESV_PORTS")
     sources = {
         "RANK": f"SLURM_PROCID={slurm.procid}",
         "LOCAL_RANK": f"SLURM_LOCALID={slurm.localid}",
@@ -377,56 +295,26 @@ def resolve(environ: Mapping[str, str], options: Options, ephemeral: tuple[int, 
         "NODE_RANK": f"SLURM_NODEID={slurm.nodeid}",
         "GROUP_RANK": f"SLURM_NODEID={slurm.nodeid}",
         "NNODES": f"SLURM_STEP_NUM_NODES={slurm.nnodes}",
-        "MASTER_ADDR": addr_source,
-        "MASTER_PORT": port_plan.source,
-        "TF_CONFIG": slurm.tf_source(),
     }
-    return Resolution(
-        launcher="slurm",
+    return Task(
+        launcher=NAME,
         rank=slurm.procid,
         local_rank=slurm.localid,
         world_size=slurm.ntasks,
         local_world_size=slurm.counts[slurm.nodeid],
         node_rank=slurm.nodeid,
         nnodes=slurm.nnodes,
-        master_addr=master_addr,
-        master_port=port_plan.master,
         hostname=environ.get("SLURMD_NODENAME") or slurm.node_list()[slurm.nodeid],
+        sources=sources,
+        master_host=master_host,
+        master_source=f"node of rank 0 = {master_host} ({slurm.layout_name()} layout of "
+        f"SLURM_STEP_NODELIST={slurm.nodelist})",
+        port_seed=(job_number, step_number),
+        port_seed_source=f"SLURM_JOB_ID={job}, SLURM_STEP_ID={step}",
+        reserved_ports=("SLURM_STEP_RESV_PORTS", reserved) if reserved else None,
+        topology=slurm,
         job_id=job,
         step_id=step,
-        sources=sources,
-        notes=notes,
-        tf_chief=options.tf_chief,
-        topology=slurm,
+        origin=f"a task of job step {job}.{step} (srun)",
+        label=f"job {job}, step {step}",
     )
-
-
-def _ports(
-    environ: Mapping[str, str],
-    options: Options,
-    job: int,
-    step: int,
-    tasks: int,
-    ephemeral: tuple[int, int] | None = None,
-) -> ports.Ports:
-    """MASTER_PORT and TF ports: explicit port, then Slurm's reserved ports, then the formula."""
-    explicit: tuple[int, str] | None = None
-    if options.port is not None:
-        explicit = (options.port, "given port (--port or SLURMENV_PORT)")
-    elif environ.get("MASTER_PORT"):
-        port = ports.parse_port(environ["MASTER_PORT"], "MASTER_PORT")
-        explicit = (port, f"MASTER_PORT={port} already set (it wins)")
-    if explicit is not None:
-        port, why = explicit
-        tf = [port + 1 + k for k in range(tasks) if port + 1 + k <= 65535]
-        return ports.Ports(port, tf, f"{why}; TensorFlow ports follow it")
-    reserved = environ.get("SLURM_STEP_RESV_PORTS")
-    if reserved:
-        listed = ports.parse_port_list(reserved, "SLURM_STEP_RESV_PORTS")
-        return ports.Ports(
-            listed[0], listed[1:], f"SLURM_STEP_RESV_PORTS={reserved} (reserved by Slurm)"
-        )
-    ports.check_range_outside(options.port_range, ephemeral, "SLURMENV_PORT_RANGE")
-    return ports.block_ports(job, step, options.port_range, tasks)
-
-

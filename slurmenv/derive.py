@@ -1,0 +1,256 @@
+"""From a launcher's :class:`~slurmenv.launchers.base.Task` to the one :class:`Resolution`.
+
+Shared by every launcher, so each rule lives once:
+
+* inherited values: rank-like variables already set must agree with the task's own;
+* ``MASTER_ADDR``: a value the launcher fixed > the explicit ``master_addr`` option > the
+  launcher's rank-0 host through the address template (``{host}``), then DNS only if asked;
+  no host: refused, asking for ``--master-addr``;
+* ``MASTER_PORT``: a value the launcher fixed > the explicit ``--port``/``SLURMENV_PORT`` >
+  an inherited ``MASTER_PORT`` > ports Slurm reserved > the formula from the launcher's port
+  seed (``ports.block_ports``) > a free port for a single process > refused, asking for
+  ``--port``; every chosen port is checked against the ephemeral range;
+* GPU lists and thread counts (``gpus.py``, ``threads.py``) when the task's Slurm variables
+  are its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from . import ports
+from ._compat import TYPE_CHECKING
+from .errors import SlurmEnvError, parse_int
+from .launchers.base import Task
+from .options import Options
+from .resolution import Resolution
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from .launchers.base import AddressOf
+
+#: Variables another layer (often the batch script) may have set that must agree with the task.
+INHERITED = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+FREE_PORT_SOURCE = "a port free on 127.0.0.1 now (single process)"
+EXPLICIT_PORT_SOURCE = "given port (--port or SLURMENV_PORT)"
+EXPLICIT_ADDR_SOURCE = "given address (--master-addr or SLURMENV_MASTER_ADDR)"
+ADDR_FIX = "pass the address of rank 0's node with --master-addr (or SLURMENV_MASTER_ADDR)"
+PORT_FIX = "give a port with --port (or SLURMENV_PORT), the same in every task"
+
+
+def resolution(
+    task: Task,
+    environ: Mapping[str, str],
+    options: Options,
+    ephemeral: tuple[int, int] | None,
+    cpus: int | None = None,
+) -> Resolution:
+    """The Resolution of ``task``: address, ports, inherited checks and bindings added."""
+    notes = list(task.notes)
+    notes.extend(check_inherited(task, environ))
+    master_addr, addr_source = address(task, options)
+    plan = port_plan(task, environ, options, ephemeral)
+    topology = task.topology
+    topology.use(plan, address_of(options), ephemeral)
+    sources = dict(task.sources)
+    sources["MASTER_ADDR"] = addr_source
+    sources["MASTER_PORT"] = plan.source
+    tf_config = None
+    if "TF_CONFIG" in task.fixed:
+        tf_config = fixed_tf_config(task.fixed["TF_CONFIG"])
+    else:
+        tf_source = topology.tf_source()
+        if tf_source:
+            sources["TF_CONFIG"] = tf_source
+    bindings, gpus, gpu_source, binding_sources, binding_notes = _bindings(
+        task, environ, options, cpus
+    )
+    sources.update(binding_sources)
+    notes.extend(binding_notes)
+    return Resolution(
+        launcher=task.launcher, rank=task.rank, local_rank=task.local_rank,
+        world_size=task.world_size, local_world_size=task.local_world_size,
+        node_rank=task.node_rank, nnodes=task.nnodes, master_addr=master_addr,
+        master_port=plan.master, hostname=task.hostname, job_id=task.job_id,
+        step_id=task.step_id, sources=sources, notes=notes, tf_chief=options.tf_chief,
+        topology=topology, tf_config=tf_config, bindings=bindings, gpus=gpus,
+        gpu_source=gpu_source, fixed=task.fixed, origin=task.origin,
+        origin_fix=task.origin_fix, label=task.label or task.launcher, in_worker=task.in_worker,
+    )
+
+
+def check_inherited(task: Task, environ: Mapping[str, str]) -> list[str]:
+    """Values another layer set (often the batch script) must agree with this task's own."""
+    notes = []
+    for name, mine in (
+        ("RANK", task.rank), ("LOCAL_RANK", task.local_rank), ("WORLD_SIZE", task.world_size),
+    ):
+        inherited = environ.get(name)
+        if inherited is None or inherited == "" or name in task.fixed:
+            continue
+        if inherited.strip() != str(mine):
+            raise SlurmEnvError(
+                f"{name}={inherited} is already set but this task's value is {mine}: it was "
+                "probably exported in the batch script, where every task gets rank 0",
+                variable=name,
+                value=inherited,
+                fix=f"unset {name} before srun (or use srun --export=NONE) and let slurmenv set it "
+                "in the step",
+            )
+        notes.append(f"{name}={inherited} was already set and agrees")
+    return notes
+
+
+def address_of(options: Options) -> AddressOf:
+    """A host name -> address function: the address template, if any."""
+
+    def address(host: str) -> str:
+        return _apply_template(host, options)
+
+    return address
+
+
+def _apply_template(host: str, options: Options) -> str:
+    return options.addr_template.format(host=host) if options.addr_template else host
+
+
+def address(task: Task, options: Options) -> tuple[str, str]:
+    """``MASTER_ADDR`` and the sentence saying where it comes from."""
+    if "MASTER_ADDR" in task.fixed:
+        return task.fixed["MASTER_ADDR"], task.sources.get("MASTER_ADDR", task.master_source)
+    explicit = getattr(options, "master_addr", None)
+    if explicit:
+        return str(explicit), EXPLICIT_ADDR_SOURCE
+    if task.master_host is None:
+        raise SlurmEnvError(
+            f"the address of rank 0 cannot be known here: {task.master_source}",
+            variable="MASTER_ADDR", value=None, fix=ADDR_FIX,
+        )
+    master_addr = _apply_template(task.master_host, options)
+    source = task.master_source
+    if options.addr_template:
+        source += f", through the template {options.addr_template!r}"
+    if options.resolve_addr:
+        import socket  # only when asked: the one DNS lookup slurmenv makes
+
+        try:
+            master_addr = socket.gethostbyname(master_addr)
+        except OSError as exc:
+            raise SlurmEnvError(
+                f"cannot resolve the master node's name {master_addr!r} ({exc})",
+                variable="SLURMENV_RESOLVE_ADDR", value="1",
+                fix="drop the resolve option to pass the name, or fix the name/template",
+            ) from None
+        source += ", resolved by DNS"
+    return master_addr, source
+
+
+def port_plan(
+    task: Task,
+    environ: Mapping[str, str],
+    options: Options,
+    ephemeral: tuple[int, int] | None,
+) -> ports.Ports:
+    """``MASTER_PORT`` and the TensorFlow ports by local rank, in the order of precedence."""
+    if "MASTER_PORT" in task.fixed:
+        text = task.fixed["MASTER_PORT"]
+        master = parse_int("MASTER_PORT", text, minimum=1)
+        return ports.Ports(master, [], task.sources.get("MASTER_PORT", f"MASTER_PORT={text}"))
+    per_node = task.topology.largest_local() or task.local_world_size
+    explicit: tuple[int, str] | None = None
+    if options.port is not None:
+        explicit = (options.port, EXPLICIT_PORT_SOURCE)
+    elif environ.get("MASTER_PORT"):
+        port = ports.parse_port(environ["MASTER_PORT"], "MASTER_PORT")
+        explicit = (port, f"MASTER_PORT={port} already set (it wins)")
+    if task.free_port:
+        # A single process on this machine: no other task to agree with.
+        if explicit is not None:
+            master, why = explicit
+        else:
+            master, why = free_port(options.port_range), FREE_PORT_SOURCE
+        return ports.Ports(master, [free_port(options.port_range, avoid=master)], why)
+    if explicit is not None:
+        port, why = explicit
+        tf = [port + 1 + k for k in range(per_node) if port + 1 + k <= 65535]
+        plan = ports.Ports(port, tf, f"{why}; TensorFlow ports follow it")
+    elif task.reserved_ports is not None:
+        variable, reserved = task.reserved_ports
+        listed = ports.parse_port_list(reserved, variable)
+        plan = ports.Ports(listed[0], listed[1:], f"{variable}={reserved} (reserved by Slurm)")
+    elif task.port_seed is not None:
+        ports.check_range_outside(options.port_range, ephemeral, "SLURMENV_PORT_RANGE")
+        job, launch = task.port_seed
+        plan = ports.block_ports(job, launch, options.port_range, per_node)
+    else:
+        raise SlurmEnvError(
+            f"MASTER_PORT cannot be derived: {task.port_seed_source}",
+            variable="MASTER_PORT", value=None, fix=PORT_FIX,
+        )
+    ports.check_outside(plan.master, ephemeral, "MASTER_PORT")
+    return plan
+
+
+def free_port(port_range: tuple[int, int], avoid: int = 0) -> int:
+    """A TCP port of ``port_range`` that is free on 127.0.0.1 right now.
+
+    Chosen in the range (below the ephemeral range) rather than by the kernel, which would
+    pick one inside the ephemeral range. The search starts at a point derived from the PID.
+    """
+    import os
+    import socket  # the single-process fallback only
+
+    lo, hi = port_range
+    span = hi - lo + 1
+    start = os.getpid() * 7919 % span
+    for k in range(span):
+        port = lo + (start + k) % span
+        if port == avoid:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise SlurmEnvError(
+        f"no free port on 127.0.0.1 in {lo}-{hi}", variable="SLURMENV_PORT_RANGE",
+        value=f"{lo}-{hi}", fix="give another range with SLURMENV_PORT_RANGE or --port-range",
+    )
+
+
+def fixed_tf_config(text: str) -> Callable[[], dict[str, Any]]:
+    """A function giving a fresh copy of a TF_CONFIG another launcher set (checked JSON)."""
+    import json  # only here: slurmenv export must not pay for it
+
+    def tf_config() -> dict[str, Any]:
+        return json.loads(text)  # type: ignore[no-any-return]
+
+    return tf_config
+
+
+def _bindings(
+    task: Task, environ: Mapping[str, str], options: Options, cpus: int | None
+) -> tuple[dict[str, str], tuple[str, ...] | None, str, dict[str, str], list[str]]:
+    """This task's GPU lists (GPU binding) and unset thread counts, with sources and notes;
+    ``cpus`` replaces the task's CPU affinity count (a replay gives the recorded one)."""
+    if not task.own_bindings:
+        note = (
+            "GPU lists and thread counts left alone: the Slurm CPU/GPU variables here describe "
+            f"another process, not this {task.launcher} rank"
+        )
+        return {}, None, "", {}, [note]
+    from . import gpus, threads
+
+    gpu = gpus.plan(environ, task.local_rank, task.local_world_size, bind=options.bind_gpus)
+    bindings = dict(gpu.env)
+    sources = dict.fromkeys(gpu.env, gpu.source)
+    notes = list(gpu.notes)
+    if options.threads:
+        counts = threads.plan(environ) if cpus is None else threads.plan(environ, lambda: cpus)
+        bindings.update(counts.env)
+        sources.update(dict.fromkeys(counts.env, counts.source))
+        notes.extend(counts.notes)
+    return bindings, gpu.gpus, gpu.source, sources, notes

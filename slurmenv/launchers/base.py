@@ -1,0 +1,241 @@
+"""What every launcher module shares: the :class:`Task` it reads, the :class:`Topology` base,
+and the rules about Slurm variables and credentials that must live in one place.
+
+A launcher module (see ``launchers/__init__.py`` for the registry and ``docs/design.md`` for
+the recipe) declares::
+
+    NAME = "slurm"                      # shown to users; never compared by other modules
+    VARIABLES = ("SLURM_PROCID", ...)   # exact names it reads (dump, show, doctor use them)
+    PREFIXES = ()                       # name prefixes it reads (dump records them, redacted)
+    def detect(environ) -> bool         # cheap: presence/equality of variables only
+    def read(environ, options) -> Task  # raises SlurmEnvError naming the variable at fault
+
+and ``slurmenv/derive.py`` turns the Task into a Resolution (address, port, bindings).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from .._compat import TYPE_CHECKING, NamedTuple  # not typing's: on export's path
+from ..errors import SlurmEnvError
+
+INTERACTIVE_STEP = 4294967290  # salloc with LaunchParameters=use_interactive_step
+EXTERN_STEP = 4294967291
+BATCH_STEP = 4294967294
+#: Step IDs that are not a step of tasks started by srun.
+SPECIAL_STEPS = (str(INTERACTIVE_STEP), str(EXTERN_STEP), str(BATCH_STEP))
+
+#: MPI rank/size variables that, when present with Slurm's, must agree with them for the
+#: SLURM_* to be this task's own (srun --mpi=pmi2|cray_shasta tasks carry both).
+_MPI_RANKS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK", "PALS_RANKID",
+              "PMIX_RANK")
+_MPI_SIZES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE")
+
+
+def job_id(environ: Mapping[str, str]) -> str | None:
+    """The Slurm job ID, if this process belongs to a Slurm job."""
+    return environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID") or None
+
+
+def step_id(environ: Mapping[str, str]) -> str | None:
+    """The Slurm step ID, if this process carries one."""
+    return environ.get("SLURM_STEP_ID") or environ.get("SLURM_STEPID") or None
+
+
+def outside_step(environ: Mapping[str, str]) -> bool:
+    """Inside a Slurm job but in no step of srun tasks: the batch script, an salloc shell, the
+    extern step (the interactive step is a step of its own; see :func:`interactive_step`)."""
+    if job_id(environ) is None:
+        return False
+    step = step_id(environ)
+    return step is None or step.strip() in (str(BATCH_STEP), str(EXTERN_STEP))
+
+
+def interactive_step(environ: Mapping[str, str]) -> bool:
+    """salloc's interactive step (``LaunchParameters=use_interactive_step``): one process."""
+    step = step_id(environ)
+    return job_id(environ) is not None and step is not None and step.strip() == str(INTERACTIVE_STEP)
+
+
+def slurm_step_is_own(environ: Mapping[str, str]) -> bool:
+    """Whether the ``SLURM_*`` task variables here describe this very process: a task that
+    ``srun`` started (not the batch script, and not an MPI rank that inherited the variables
+    of a daemon step or of the batch script).
+
+    The rule, once for every launcher: a step ID of a real step is set, and any MPI rank and
+    size variables present agree with ``SLURM_PROCID`` and ``SLURM_STEP_NUM_TASKS`` (as they
+    do for ``srun --mpi=pmi2|cray_shasta`` tasks). Presence and equality only: this runs for
+    every task of every step.
+    """
+    if job_id(environ) is None:
+        return False
+    step = step_id(environ)
+    if step is None or step.strip() in SPECIAL_STEPS:
+        return False
+    return foreign_mpi(environ) is None
+
+
+def foreign_mpi(environ: Mapping[str, str]) -> tuple[str, str, str] | None:
+    """The first MPI rank/size variable that disagrees with the Slurm task variables, as
+    (name, value, the Slurm variable it disagrees with), or None."""
+    for names, slurm_name in ((_MPI_RANKS, "SLURM_PROCID"), (_MPI_SIZES, "SLURM_STEP_NUM_TASKS")):
+        mine = environ.get(slurm_name)
+        for name in names:
+            value = environ.get(name)
+            if value is not None and value != mine:
+                return name, value, f"{slurm_name}={mine}"
+    return None
+
+
+class Topology:
+    """The parts of a resolution that need the whole world's layout, computed on first use.
+
+    Launchers subclass it; the base class knows nothing beyond this task, and each method
+    raises SlurmEnvError naming what is missing and the way out. ``derive`` calls
+    :meth:`use` before the Resolution is built, so ``tf_workers`` knows the ports and the
+    address of each host.
+    """
+
+    #: The launcher tells which node every rank is on (``show --all-ranks`` can draw the step).
+    layout_known = False
+    #: The per-node task counts as the launcher wrote them (``2(x2)``), or None.
+    tasks_per_node: str | None = None
+
+    def use(self, plan: PortPlan, address: AddressOf, ephemeral: tuple[int, int] | None) -> None:
+        """Remember the ports, the host -> address function and the ephemeral range."""
+        self.port_plan = plan
+        self.address = address
+        self.ephemeral = ephemeral
+
+    def largest_local(self) -> int | None:
+        """The most tasks on one node (how many TensorFlow ports a node needs), if known."""
+        return None
+
+    def layout_name(self) -> str | None:
+        """``block``, ``cyclic (Slurm's default)``, ... or None when the launcher has none."""
+        return None
+
+    def hosts(self) -> Sequence[str]:
+        """Node names in node-index order."""
+        raise SlurmEnvError(
+            "this launcher does not tell the node list", variable="TF_CONFIG",
+            fix="export without TF_CONFIG (slurmenv export --for torch)",
+        )
+
+    def node_of(self) -> Sequence[int]:
+        """Node index of every rank."""
+        raise SlurmEnvError(
+            "this launcher does not tell where each rank runs", variable="TF_CONFIG",
+            fix="export without TF_CONFIG (slurmenv export --for torch)",
+        )
+
+    def local_of(self) -> Sequence[int]:
+        """Local rank of every rank."""
+        return self.node_of()
+
+    def tf_workers(self) -> list[str]:
+        """``host:port`` of every rank, in rank order (TensorFlow's worker list)."""
+        raise SlurmEnvError(
+            "TF_CONFIG cannot be built: this launcher does not tell where each rank runs",
+            variable="TF_CONFIG",
+            fix="export only the torch variables (slurmenv export --for torch), or launch one "
+            "task per process with srun so slurmenv sees the whole step",
+        )
+
+    def tf_source(self) -> str | None:
+        """Where TF_CONFIG comes from (for ``sources``), None when it cannot be built."""
+        return None
+
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..ports import Ports as PortPlan
+
+    AddressOf = Callable[[str], str]
+
+
+class Task(NamedTuple):
+    """One task as its launcher tells it: every field read from the environment or derived
+    from what was read, never guessed (see ``docs/design.md``).
+
+    ``sources`` maps RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, GROUP_RANK,
+    NNODES (and any ``fixed`` name) to the sentence naming the input variables.
+    ``master_host`` is rank 0's node name before the address template (None: unknown, and
+    ``master_source`` says why). ``port_seed`` is (job id, launch id) for the port formula;
+    None where no such id exists. ``fixed`` holds values the launcher itself set, which win as
+    they are (torchrun's MASTER_ADDR and MASTER_PORT). ``own_bindings`` is False where the
+    Slurm CPU/GPU variables describe another process (an MPI daemon step): derive then leaves
+    GPU lists and thread counts alone, with a note.
+    """
+
+    launcher: str
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    node_rank: int
+    nnodes: int
+    hostname: str
+    sources: dict[str, str]
+    master_host: str | None
+    master_source: str
+    port_seed: tuple[int, int] | None
+    port_seed_source: str
+    reserved_ports: tuple[str, str] | None
+    topology: Topology
+    job_id: str | None = None
+    step_id: str | None = None
+    own_bindings: bool = True
+    fixed: Mapping[str, str] = {}
+    notes: tuple[str, ...] = ()
+    #: One sentence: what started this task (doctor's "step" check, show).
+    origin: str = ""
+    #: When set, this task is not what a training run usually wants (a single process): the
+    #: fix to show with ``origin`` as a warning.
+    origin_fix: str | None = None
+    #: A short label for titles (``job 12, step 0``); defaults to ``launcher``.
+    label: str = ""
+    #: This process is a worker another launcher already numbered (torchrun's workers, RANK
+    #: set by hand): it must not start a launcher of its own (``slurmenv torchrun``).
+    in_worker: bool = False
+    #: A single process on this machine: with no port given, a port free on 127.0.0.1 now.
+    free_port: bool = False
+
+
+# -- credentials -----------------------------------------------------------------------------
+REDACTED = "REDACTED"
+#: Pieces of a variable name that mark its value as a credential (compared upper-case).
+CREDENTIAL_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CRED", "JWT", "AUTH",
+                    "PRECONDITION_TRANSPORTS", "COOKIE")
+#: Proxy variables whose values are URLs that may carry ``user:password@``.
+URL_PROXIES = ("grpc_proxy", "https_proxy", "http_proxy", "HTTPS_PROXY", "HTTP_PROXY")
+
+
+def is_credential(name: str) -> bool:
+    """Whether a variable's name says its value is a secret (``OMPI_MCA_orte_precondition_
+    transports``, ``*_TOKEN``, ``*_KEY``, ...)."""
+    upper = name.upper()
+    return any(word in upper for word in CREDENTIAL_WORDS)
+
+
+def redact_proxy(value: str) -> str:
+    """``http://user:pass@proxy:3128`` -> ``http://REDACTED@proxy:3128``: keep the host only."""
+    import re  # dump only, never on export's path
+
+    match = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*://)?(.*)$", value, re.DOTALL)
+    assert match is not None  # the pattern matches every string
+    scheme, rest = match.group(1) or "", match.group(2)
+    if "@" not in rest:
+        return value
+    return f"{scheme}{REDACTED}@{rest[rest.rfind('@') + 1:]}"
+
+
+def redact(name: str, value: str) -> str:
+    """The value a dump may keep for ``name``: credentials replaced, proxy passwords removed."""
+    if name in URL_PROXIES:
+        return redact_proxy(value)
+    if is_credential(name):
+        return REDACTED
+    return value

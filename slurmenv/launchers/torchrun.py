@@ -1,0 +1,40 @@
+"""torchrun's workers: torchrun (``TORCHELASTIC_RUN_ID``) numbered its processes and set RANK,
+WORLD_SIZE, MASTER_ADDR and MASTER_PORT itself; its values win, even inside an srun task.
+
+(Not the ``slurmenv torchrun`` command, which is ``slurmenv/torchrun.py``.) It reads the
+variables as ``preset.py`` does, which is imported only for a worker: this module is first in
+the registry, so every Slurm task imports it, and it stays small.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .._compat import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..options import Options
+    from .base import Task
+
+NAME = "torchrun"
+MARKER = "TORCHELASTIC_RUN_ID"
+#: torchrun's own variables for each worker (preset.VARIABLES and the marker).
+VARIABLES = (
+    MARKER, "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+    "NODE_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "NNODES", "TF_CONFIG", "HOSTNAME",
+)  # fmt: skip
+PREFIXES = ("TORCHELASTIC_",)
+
+
+def detect(environ: Mapping[str, str]) -> bool:
+    """torchrun's marker with the four variables it sets for every worker."""
+    return bool(environ.get(MARKER)) and all(
+        environ.get(name) for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    )
+
+
+def read(environ: Mapping[str, str], options: Options) -> Task:
+    """The worker's variables, as torchrun set them."""
+    from . import preset
+
+    return preset.read_set(environ, NAME, "torchrun", "torchrun")

@@ -1,0 +1,157 @@
+"""The launcher seam: the registry's order on overlapping signals, every launcher through the
+same interface, and the one shared precedence of address and port (``slurmenv/derive.py``)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import synth
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import slurmenv
+from slurmenv import derive, launchers
+from slurmenv.errors import SlurmEnvError
+from slurmenv.launchers import base
+from slurmenv.options import Options
+
+ROOT = Path(__file__).resolve().parent.parent
+HOSTS = ["r1n09", "r1n10", "r2n09", "r2n10"]
+HAND = {"RANK": "3", "WORLD_SIZE": "8", "MASTER_ADDR": "h0", "MASTER_PORT": "29500"}
+
+
+def launcher_of(env: dict[str, str]) -> str:
+    return str(launchers.detect(env).NAME)
+
+
+def test_every_registered_launcher_has_the_interface() -> None:
+    for module in launchers.modules():
+        assert isinstance(module.NAME, str) and module.NAME
+        assert all(isinstance(n, str) for n in module.VARIABLES)
+        assert all(isinstance(p, str) and p for p in module.PREFIXES)
+        assert callable(module.detect) and callable(module.read)
+    names = [m.NAME for m in launchers.modules()]
+    assert len(set(names)) == len(names)
+    assert launchers.REGISTRY[-1] == "local"  # the last one detects everything
+
+
+def test_registry_order_on_overlapping_signals() -> None:
+    step = synth.step_env(HOSTS, [2, 2, 2, 2], 5)
+    # torchrun's workers inside an srun task: torchrun's values win
+    assert launcher_of({**step, "TORCHELASTIC_RUN_ID": "7", **HAND}) == "torchrun"
+    # the marker alone (an agent's leftover) does not make a worker
+    assert launcher_of({**step, "TORCHELASTIC_RUN_ID": "7"}) == "slurm"
+    # srun --mpi=pmi2 / cray_shasta tasks: PMI_*/PALS_* agree with SLURM_*: a Slurm task
+    assert launcher_of({**step, "PMI_RANK": "5", "PMI_SIZE": "8", "PALS_RANKID": "5"}) == "slurm"
+    # hand-set values in an srun task: Slurm's own variables describe the task better
+    assert launcher_of({**step, **HAND}) == "slurm"
+    # the batch script with hand-set values: refused, not taken as they are
+    batch = {"SLURM_JOB_ID": "12", "SLURM_NTASKS": "8", **HAND}
+    assert launcher_of(batch) == "slurm-outside-step"
+    assert launcher_of(HAND) == "preset"
+    assert launcher_of({}) == "local"
+    interactive = {"SLURM_JOB_ID": "12", "SLURM_STEP_ID": str(base.INTERACTIVE_STEP)}
+    assert slurmenv.resolve(interactive).launcher == "slurm-interactive-step"
+
+
+def test_mpi_rank_that_disagrees_with_the_step_is_not_the_steps_task() -> None:
+    # An MPI rank that inherited an srun task's SLURM_* (e.g. mpiexec inside srun): never
+    # take SLURM_PROCID as its rank.
+    step = synth.step_env(HOSTS, [2, 2, 2, 2], 5)
+    env = {**step, "PMI_RANK": "2", "PMI_SIZE": "16"}
+    assert not base.slurm_step_is_own(env)
+    with pytest.raises(SlurmEnvError) as info:
+        slurmenv.resolve(env)
+    assert info.value.variable == "PMI_RANK" and info.value.value == "2"
+
+
+_NAMES = sorted(
+    {n for m in launchers.modules() for n in m.VARIABLES}
+    | {n for signals in launchers.SIGNALS.values() for n in signals}
+    | {"SLURM_JOB_ID", "SLURM_STEP_ID", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
+)
+
+
+@given(st.dictionaries(st.sampled_from(_NAMES), st.sampled_from(["0", "1", "7", "", "x"])))
+@settings(max_examples=300, deadline=None)
+def test_signals_are_necessary_for_detection(env: dict[str, str]) -> None:
+    # A module skipped for want of its signal would never have detected the task.
+    for name, signals in launchers.SIGNALS.items():
+        if launchers.load(name).detect(env):
+            assert any(env.get(s) for s in signals), name
+
+
+def test_a_step_task_imports_no_other_launcher() -> None:
+    env = {**synth.clean_env(PYTHONPATH=str(ROOT)), **synth.step_env(HOSTS, [2, 2, 2, 2], 5)}
+    code = (
+        "import sys\n"
+        "from slurmenv.cli import main\n"
+        "main(['export', '--for', 'torch'])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('slurmenv.launchers.')), "
+        "file=sys.stderr)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert out.stderr.strip().splitlines()[-1] == (
+        "['slurmenv.launchers.base', 'slurmenv.launchers.slurm']"
+    )
+
+
+# -- derive: one precedence for every launcher ----------------------------------------------
+def task(**changes: object) -> base.Task:
+    """A task as a launcher that knows rank 0's host and a port seed would read it."""
+    values: dict[str, object] = {
+        "launcher": "test", "rank": 1, "local_rank": 1, "world_size": 4, "local_world_size": 2,
+        "node_rank": 0, "nnodes": 2, "hostname": "a", "sources": {}, "master_host": "a",
+        "master_source": "host a", "port_seed": (4242, 3), "port_seed_source": "ids",
+        "reserved_ports": None, "topology": base.Topology(),
+    }
+    values.update(changes)
+    return base.Task(**values)  # type: ignore[arg-type]
+
+
+def test_port_precedence() -> None:
+    opts = Options()
+    formula = slurmenv.ports.block_ports(4242, 3, opts.port_range, 2).master
+    assert derive.port_plan(task(), {}, opts, None).master == formula
+    reserved = task(reserved_ports=("SLURM_STEP_RESV_PORTS", "12000-12002"))
+    assert derive.port_plan(reserved, {}, opts, None).master == 12000
+    inherited = {"MASTER_PORT": "23456"}
+    assert derive.port_plan(reserved, inherited, opts, None).master == 23456
+    assert derive.port_plan(reserved, inherited, Options(port=20000), None).master == 20000
+    fixed = task(fixed={"MASTER_PORT": "29500"})
+    assert derive.port_plan(fixed, inherited, Options(port=20000), None).master == 29500
+    with pytest.raises(SlurmEnvError) as info:
+        derive.port_plan(task(port_seed=None, port_seed_source="no job id here"), {}, opts, None)
+    assert info.value.variable == "MASTER_PORT" and "--port" in str(info.value.fix)
+    with pytest.raises(SlurmEnvError) as info:  # never in the ephemeral range
+        derive.port_plan(task(), {}, Options(port=40000), (32768, 60999))
+    assert info.value.variable == "net.ipv4.ip_local_port_range"
+
+
+def test_address_precedence() -> None:
+    assert derive.address(task(), Options()) == ("a", "host a")
+    templated = derive.address(task(), Options(addr_template="{host}-ib"))
+    assert templated[0] == "a-ib" and "template" in templated[1]
+    # the master_addr option (options table: --master-addr) wins over the launcher's host,
+    # with no template applied to it
+    given = SimpleNamespace(**{**Options(addr_template="{host}-ib")._asdict(),
+                               "master_addr": "10.0.0.1"})
+    assert derive.address(task(), given)[0] == "10.0.0.1"  # type: ignore[arg-type]
+    assert derive.address(task(fixed={"MASTER_ADDR": "w0"}), Options())[0] == "w0"
+    with pytest.raises(SlurmEnvError) as info:
+        derive.address(task(master_host=None, master_source="no variable names it"), Options())
+    assert info.value.variable == "MASTER_ADDR" and "--master-addr" in str(info.value.fix)
+
+
+def test_bindings_left_alone_when_the_slurm_variables_are_not_the_tasks() -> None:
+    env = {"CUDA_VISIBLE_DEVICES": "0,1", "SLURM_CPUS_PER_TASK": "4"}
+    mine = derive.resolution(task(), env, Options(bind_gpus=True), None)
+    assert mine.bindings.get("OMP_NUM_THREADS") == "4"
+    assert mine.bindings.get("CUDA_VISIBLE_DEVICES") == "1"
+    other = derive.resolution(task(own_bindings=False), env, Options(bind_gpus=True), None)
+    assert dict(other.bindings) == {} and any("left alone" in n for n in other.notes)
