@@ -136,16 +136,15 @@ NAMES = frozenset(
 
 
 # -- values --------------------------------------------------------------------------------
-def _flag(environ: Mapping[str, str], name: str, default: bool = False) -> bool:
-    if not environ.get(name, "").strip():
-        return default
-    value = environ[name].strip().lower()
+def parse_flag(text: str, variable: str) -> bool:
+    """A yes/no value: 1, true, yes, on or 0, false, no, off (any case), or empty (no)."""
+    value = text.strip().lower()
     if value in TRUE:
         return True
     if value in FALSE:
         return False
     raise SlurmEnvError(
-        f"{name} must be a yes/no flag", variable=name, value=environ.get(name), fix="use 1 or 0"
+        f"{variable} must be a yes/no flag", variable=variable, value=text, fix="use 1 or 0"
     )
 
 
@@ -183,8 +182,9 @@ def check_address(address: str, variable: str) -> str:
     return address.strip()
 
 
-#: How the text of each kind of option is read (FLAG: see _flag).
+#: How the text of each kind of option is read.
 PARSERS: dict[str, Callable[[str, str], object]] = {
+    FLAG: parse_flag,
     PORT: parse_port,
     RANGE: parse_range,
     TEMPLATE: check_template,
@@ -205,13 +205,13 @@ def from_environ(environ: Mapping[str, str], **given: object) -> Options:
     for row in TABLE:
         value = given.get(row.field)
         if value is not None:
-            if isinstance(value, str) and row.kind != FLAG:
+            if isinstance(value, str):
                 value = PARSERS[row.kind](value, row.flag)
-            values[row.field] = value
-        elif row.kind == FLAG:
-            values[row.field] = _flag(environ, row.variable, bool(row.default))
-        elif environ.get(row.variable):
-            values[row.field] = PARSERS[row.kind](environ[row.variable], row.variable)
+            values[row.field] = bool(value) if row.kind == FLAG else value
+        else:  # unset or empty: the default (a flag's blank value too)
+            text = environ.get(row.variable, "")
+            if text.strip() if row.kind == FLAG else text:
+                values[row.field] = PARSERS[row.kind](text, row.variable)
     return Options(**values)
 
 
@@ -330,12 +330,17 @@ def default_text(row: Option) -> str:
     return str(row.default)
 
 
+#: The command that writes docs/options.md.
+REGENERATE = ("python -c 'from slurmenv.options import markdown; print(markdown(), end=\"\")' "
+              "> docs/options.md")
+
+
 def markdown() -> str:
     """``docs/options.md``: the table as a page (a test keeps the file equal to this)."""
     lines = [
         "# Options",
         "",
-        ("<!-- Generated from slurmenv/options.py by `python -m slurmenv.options`; "
+        ("<!-- Generated from the table in slurmenv/options.py by `" + REGENERATE + "`; "
          "tests/test_options.py checks it. -->"),
         "",
         ("Every resolution option is a command-line flag of `export`, `exec`, `show`, `doctor` "
@@ -359,8 +364,3 @@ def markdown() -> str:
         f"{row.field}=..." for row in TABLE) + ")`.", ""]
     return "\n".join(lines)
 
-
-if __name__ == "__main__":  # pragma: no cover - writes docs/options.md
-    import sys
-
-    sys.stdout.write(markdown())
