@@ -16,20 +16,26 @@ if TYPE_CHECKING:
     import argparse  # imported for real only when argparse parses (see _fast_args)
     from typing import NoReturn
 
+    from .options import Arg
 
-#: The command-line options of every command besides the options table's.
-FOR = options.Arg(
-    "--for", "for_", "store", "which variables: torch (RANK, ..., MASTER_PORT), tf (TF_CONFIG), "
-    "all (default: torch and tf) or torchrun (PET_NNODES, ...: options of one plain torchrun "
-    "per node)", default="all", choices=tuple(sorted(OUTPUTS)),
-)
-SHELL = options.Arg("--shell", "shell", "store", "shell syntax (default sh)", choices=SHELLS)
-FORMAT = options.Arg("--format", "format", "store", "data format", choices=FORMATS)
-#: The options of each command that the fast parser reads (see _fast_args).
-ARGS = {
-    "export": (SHELL, FORMAT, *options.arguments(), FOR),
-    "exec": (*options.arguments(), FOR),
-}
+
+#: The command-line options of every command besides the options table's (see options.Arg).
+FOR: Arg = ("--for", {
+    "dest": "for_", "default": "all", "choices": tuple(sorted(OUTPUTS)),
+    "help": "which variables: torch (RANK, ..., MASTER_PORT), tf (TF_CONFIG), all (default: "
+    "torch and tf) or torchrun (PET_NNODES, ...: options of one plain torchrun per node)",
+})
+SHELL: Arg = ("--shell", {"dest": "shell", "default": None, "choices": SHELLS,
+                          "help": "shell syntax (default sh)"})
+FORMAT: Arg = ("--format", {"dest": "format", "default": None, "choices": FORMATS,
+                            "help": "data format"})
+FAST_COMMANDS = ("export", "exec")  # parsed by _fast_args without argparse when they can be
+
+
+def command_args(command: str) -> list[Arg]:
+    """The options of ``export`` or ``exec``, as argparse gets them and _fast_args reads them."""
+    own = [SHELL, FORMAT] if command == "export" else []
+    return [*own, *options.arguments(), FOR]
 
 
 def add_resolution_options(parser: argparse.ArgumentParser) -> None:
@@ -219,16 +225,17 @@ def _calling_shell() -> str:
 # `srun ... slurmenv export` runs in every task of a step, and importing argparse, building
 # the parser and parsing cost more than the rest of export. The common command lines
 # (exact option names, `--opt value` or `--opt=value`) are parsed by options.parse_leading
-# from the same definitions argparse gets (ARGS: the options table, --for, --shell, --format),
+# from the same definitions argparse gets (command_args: the options table, --for, --shell,
+# --format),
 # giving what argparse gives (tests/test_fast_path.py compares them); anything else (help,
 # abbreviations, errors) goes to argparse.
 
 
 def _fast_args(argv: Sequence[str]) -> argparse.Namespace | None:
     """argparse's result for a common ``export``/``exec`` command line, or None: use argparse."""
-    if not argv or argv[0] not in ARGS:
+    if not argv or argv[0] not in FAST_COMMANDS:
         return None
-    parsed = options.parse_leading(argv[1:], ARGS[argv[0]], rest=argv[0] == "exec")
+    parsed = options.parse_leading(argv[1:], command_args(argv[0]), rest=argv[0] == "exec")
     if parsed is None:
         return None
     values, command = parsed

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 from . import launchers, nodes, resolve, tfconfig
 from .errors import SlurmEnvError
 from .launchers import slurm
-from .options import NAMES as OPTION_NAMES
+from .options import names as option_names
 from .resolution import Resolution
 from .show import (
     bound_per_task,
@@ -259,7 +259,7 @@ def _listening(
 
 # -- diagnose: verdicts from environment, options and facts --------------------------------
 _STEP_VARIABLES = ("SLURM_STEP_ID", "SLURM_STEPID", "SLURM_JOB_ID")
-_OPTION_VARIABLES = OPTION_NAMES  # every SLURMENV_* variable and flag of the options table
+_OPTION_VARIABLES = option_names()  # every SLURMENV_* variable and flag of the options table
 _PORT_VARIABLES = ("MASTER_PORT", "SLURMENV_PORT", "SLURM_STEP_RESV_PORTS")
 
 

@@ -5,7 +5,7 @@ class attribute, and through :func:`option` its ``SLURMENV_*`` variable, command
 kind and help. Everything else is made from that table: :class:`Options` itself,
 :func:`from_environ`, the argparse options of every command (:func:`add_arguments`), the
 argparse-free parser of ``export``/``exec``/``torchrun`` (:func:`parse_leading`), the options
-``dump`` records (:func:`given_in`), doctor's list of option names (:data:`NAMES`), the
+``dump`` records (:func:`given_in`), doctor's list of option names (:func:`names`), the
 options ``slurmenv torchrun`` takes (``torchrun=True``) and ``docs/options.md``
 (:func:`markdown`). :func:`slurmenv.resolve` keeps explicit keywords for its users; a test
 checks them against the table. Adding an option is one row.
@@ -23,7 +23,10 @@ from .errors import SlurmEnvError
 from .ports import DEFAULT_RANGE, parse_port, parse_range
 
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, TypeAlias
+
+    #: A command-line option: ``parser.add_argument(flag, **keywords)``.
+    Arg: TypeAlias = tuple[str, dict[str, Any]]
 
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("", "0", "false", "no", "off")
@@ -36,18 +39,32 @@ ADDRESS = "address"  # a host name or IP address -> str
 FLAG = "flag"  # yes/no -> bool; --NAME turns it on, --no-NAME (if it has one) off
 
 
-class Option(NamedTuple):
-    """One row of the options table (see :func:`option`)."""
+class Option:
+    """One row of the options table (see :func:`option`).
 
-    field: str
-    variable: str
-    flag: str
-    kind: str
-    default: object
-    help: str
-    metavar: str | None = None
-    negative: str | None = None  # help of --no-NAME (flags only; None: no such flag)
-    torchrun: bool = False  # also an option of `slurmenv torchrun`
+    A plain class, not a named tuple: every ``slurmenv export`` imports this module, and a
+    named tuple class costs 0.1 ms to create.
+    """
+
+    __slots__ = ("default", "field", "flag", "help", "kind", "metavar", "negative", "torchrun",
+                 "variable")
+
+    def __init__(
+        self, variable: str, flag: str, kind: str, default: object, help: str,
+        metavar: str | None, negative: str | None, torchrun: bool,
+    ) -> None:
+        self.field = ""  # the name of its Options field, set once the class exists
+        self.variable = variable
+        self.flag = flag
+        self.kind = kind
+        self.default = default
+        self.help = help
+        self.metavar = metavar
+        self.negative = negative  # help of --no-NAME (flags only; None: no such flag)
+        self.torchrun = torchrun  # also an option of `slurmenv torchrun`
+
+    def __repr__(self) -> str:
+        return f"<option {self.field} {self.flag} {self.variable}>"
 
 
 _ROWS: list[Option] = []
@@ -74,7 +91,7 @@ def option(
     Returns ``default`` (so the field's default is the option's); the row is recorded in
     field order and named after its field when the class is complete (see ``TABLE``).
     """
-    _ROWS.append(Option("", variable, flag, kind, default, help, metavar, negative, torchrun))
+    _ROWS.append(Option(variable, flag, kind, default, help, metavar, negative, torchrun))
     return default
 
 
@@ -124,15 +141,10 @@ class Options(NamedTuple):
 
 if len(_ROWS) != len(Options._fields):  # pragma: no cover - a field without option()
     raise TypeError("every field of Options must be written name: type = option(...)")
+for _name, _row in zip(Options._fields, _ROWS):
+    _row.field = _name
 #: The options table, in field order.
-TABLE: tuple[Option, ...] = tuple(
-    row._replace(field=name) for name, row in zip(Options._fields, _ROWS)
-)
-#: Every name an option is known by: variables and flags (doctor sorts errors with it).
-NAMES = frozenset(
-    name for row in TABLE
-    for name in (row.variable, row.flag, *((negative_flag(row),) if row.negative else ()))
-)
+TABLE: tuple[Option, ...] = tuple(_ROWS)
 
 
 # -- values --------------------------------------------------------------------------------
@@ -216,18 +228,6 @@ def from_environ(environ: Mapping[str, str], **given: object) -> Options:
 
 
 # -- command lines -------------------------------------------------------------------------
-class Arg(NamedTuple):
-    """A command-line option as argparse would define it (``--NAME`` long options only)."""
-
-    flag: str
-    dest: str
-    action: str  # "store", "store_true" or "store_false"
-    help: str
-    default: object = None
-    choices: tuple[str, ...] | None = None
-    metavar: str | None = None
-
-
 def _described(row: Option) -> tuple[str, str | None]:
     """Help of ``row``'s flag and of its ``--no-`` flag, naming the variable."""
     if row.kind != FLAG:
@@ -247,27 +247,25 @@ def arguments(rows: Iterable[Option] = TABLE) -> list[Arg]:
 
     Every default is None ("not given"): the variable or the table's default applies.
     """
-    out = []
+    out: list[Arg] = []
     for row in rows:
         on, off = _described(row)
         if row.kind != FLAG:
-            out.append(Arg(row.flag, row.field, "store", on, metavar=row.metavar))
+            out.append((row.flag, {"dest": row.field, "default": None, "help": on,
+                                   "metavar": row.metavar}))
             continue
-        out.append(Arg(row.flag, row.field, "store_true", on))
+        out.append((row.flag, {"dest": row.field, "default": None, "help": on,
+                               "action": "store_true"}))
         if off is not None:
-            out.append(Arg(negative_flag(row), row.field, "store_false", off))
+            out.append((negative_flag(row), {"dest": row.field, "default": None, "help": off,
+                                             "action": "store_false"}))
     return out
 
 
 def add_arguments(container: Any, args: Iterable[Arg]) -> None:
     """Define ``args`` on an argparse parser or argument group."""
-    for arg in args:
-        kwargs: dict[str, Any] = {"dest": arg.dest, "default": arg.default, "help": arg.help}
-        if arg.action == "store":
-            kwargs.update(choices=arg.choices, metavar=arg.metavar)
-        else:
-            kwargs["action"] = arg.action
-        container.add_argument(arg.flag, **kwargs)
+    for flag, keywords in args:
+        container.add_argument(flag, **keywords)
 
 
 def parse_leading(
@@ -281,10 +279,10 @@ def parse_leading(
     else (help, abbreviations, errors...): then argparse must decide.
     """
     values: dict[str, object] = {}
-    known: dict[str, Arg] = {}
-    for arg in args:
-        values.setdefault(arg.dest, arg.default)
-        known[arg.flag] = arg
+    known: dict[str, dict[str, Any]] = {}
+    for flag, keywords in args:
+        values.setdefault(keywords["dest"], keywords.get("default"))
+        known[flag] = keywords
     i = 0
     while i < len(argv):
         token = argv[i]
@@ -295,21 +293,30 @@ def parse_leading(
         if spec is None:
             return None
         i += 1
-        if spec.action != "store":
+        action = spec.get("action", "store")
+        if action != "store":
             if equals:
                 return None
-            values[spec.dest] = spec.action == "store_true"
+            values[spec["dest"]] = action == "store_true"
             continue
         if not equals:
             if i == len(argv):
                 return None
             value = argv[i]
             i += 1
-        if not value or value.startswith("-") or (spec.choices is not None
-                                                  and value not in spec.choices):
+        choices = spec.get("choices")
+        if not value or value.startswith("-") or (choices is not None and value not in choices):
             return None
-        values[spec.dest] = value
+        values[spec["dest"]] = value
     return values, []
+
+
+def names() -> frozenset[str]:
+    """Every name an option is known by: variables and flags (doctor sorts errors with it)."""
+    return frozenset(
+        name for row in TABLE
+        for name in (row.variable, row.flag, *((negative_flag(row),) if row.negative else ()))
+    )
 
 
 def given_in(args: object) -> dict[str, Any]:

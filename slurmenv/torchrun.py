@@ -30,13 +30,15 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import _AUTO
 from .errors import SlurmEnvError
-from .options import Arg
 from .resolution import TORCHRUN_NAMES as PET_NAMES
 from .resolution import Resolution
+
+if TYPE_CHECKING:
+    from .options import Arg
 
 #: torchrun options that take a value (canonical long name, without the leading ``--``).
 VALUE_OPTIONS = (
@@ -291,8 +293,9 @@ def own_arguments() -> list[Arg]:
     ``torchrun``, and ``--dry-run``."""
     from .options import TABLE, arguments
 
-    return [*arguments(row for row in TABLE if row.torchrun),
-            Arg("--dry-run", "dry_run", "store_true", "print the command and exit")]
+    return [*arguments(row for row in TABLE if row.torchrun), ("--dry-run", {
+        "dest": "dry_run", "default": None, "action": "store_true",
+        "help": "print the command and exit"})]
 
 
 def usage() -> str:
@@ -300,7 +303,9 @@ def usage() -> str:
     import textwrap
 
     own = own_arguments()
-    words = [f"[{arg.flag}{' ' + arg.metavar if arg.metavar else ''}]" for arg in own]
+    shown = [(flag, f"{flag} {kw['metavar']}" if kw.get("metavar") else flag, kw["help"])
+             for flag, kw in own]
+    words = [f"[{name}]" for _, name, _ in shown]
     words += ["[--]", "[TORCHRUN OPTIONS]", "SCRIPT", "[ARGS...]"]
     lines, line = [], "usage: slurmenv torchrun"
     for word in words:
@@ -311,10 +316,9 @@ def usage() -> str:
     lines.append(line)
     lines.append(_INTRO)
     indent = " " * 27
-    for arg in own:
-        name = f"  {arg.flag}{' ' + arg.metavar if arg.metavar else ''}"
-        head = f"{name:<27}" if len(name) < 27 else f"{name}\n{indent}"
-        lines.append(head + f"\n{indent}".join(textwrap.wrap(arg.help, 92 - 27)))
+    for _, name, text in shown:
+        head = f"  {name:<25}" if len(name) < 25 else f"  {name}\n{indent}"
+        lines.append(head + f"\n{indent}".join(textwrap.wrap(text, 92 - 27)))
     return "\n".join(lines) + "\n"
 
 
@@ -323,22 +327,23 @@ def parse_own(argv: Sequence[str]) -> tuple[dict[str, object], list[str]]:
     the rest for torchrun. ``-h``/``--help`` first: ``{"help": True}``."""
     from .cli import usage_error
 
-    known = {arg.flag: arg for arg in own_arguments()}
+    known = dict(own_arguments())
     own: dict[str, object] = {}
     i = 0
     while i < len(argv):
         name, eq, inline = argv[i].partition("=")
-        arg = known.get(name)
-        if arg is not None and arg.action == "store":
+        spec = known.get(name)
+        action = None if spec is None else spec.get("action", "store")
+        if spec is not None and action == "store":
             if eq:
-                own[arg.dest] = inline
+                own[spec["dest"]] = inline
             elif i + 1 < len(argv):
                 i += 1
-                own[arg.dest] = argv[i]
+                own[spec["dest"]] = argv[i]
             else:
                 usage_error(f"{name} needs a value (see slurmenv torchrun --help)")
-        elif arg is not None and not eq:
-            own[arg.dest] = arg.action == "store_true"
+        elif spec is not None and not eq:
+            own[spec["dest"]] = action == "store_true"
         elif argv[i] in ("-h", "--help") and i == 0:
             own["help"] = True
         elif argv[i] == "--":

@@ -220,7 +220,7 @@ def test_adding_an_option_is_one_row(tmp_path: Path) -> None:
     parser = argparse.ArgumentParser()
     extra.add_arguments(parser, args)
     assert extra.given_in(parser.parse_args(["--extra=h4"])) == {"extra": "h4"}
-    assert "SLURMENV_EXTRA" in extra.NAMES and "--extra" in extra.NAMES
+    assert {"SLURMENV_EXTRA", "--extra"} <= extra.names()
     assert "| `--extra X` | `SLURMENV_EXTRA` | unset |" in extra.markdown()
 
 
