@@ -33,13 +33,15 @@ def resolve(
     tf_chief: bool | None = None,
     bind_gpus: bool | None = None,
     threads: bool | None = None,
+    master_addr: str | None = None,
     ephemeral_range: tuple[int, int] | None | object = _AUTO,
     cpus: int | None = None,
 ) -> Resolution:
     """Resolve this task's distributed environment from ``environ`` (default ``os.environ``).
 
-    Nothing is changed: the result is an immutable :class:`Resolution`. Keyword options
-    override the ``SLURMENV_*`` variables (see :class:`Options`). ``ephemeral_range`` is this
+    Nothing is changed: the result is an immutable :class:`Resolution`. The keywords from
+    ``port`` to ``master_addr`` are the options table's (:class:`Options`, ``docs/options.md``);
+    each one given (not None) overrides its ``SLURMENV_*`` variable. ``ephemeral_range`` is this
     node's ephemeral port range, read from ``/proc`` unless given (``None`` skips the check).
     ``cpus`` is how many CPUs the task may run on, for the thread counts when
     ``SLURM_CPUS_PER_TASK`` is unset: read from the task's CPU affinity unless given.
@@ -49,16 +51,8 @@ def resolve(
     """
     from . import launchers, options, ports
 
+    given = {name: value for name, value in locals().items() if name in options.Options._fields}
     env = os.environ if environ is None else environ
-    opts = options.from_environ(
-        env,
-        port=port,
-        port_range=port_range,
-        addr_template=addr_template,
-        resolve_addr=resolve_addr,
-        tf_chief=tf_chief,
-        bind_gpus=bind_gpus,
-        threads=threads,
-    )
+    opts = options.from_environ(env, **given)
     ephemeral = ports.ephemeral_range() if ephemeral_range is _AUTO else ephemeral_range
     return launchers.resolve(env, opts, ephemeral, cpus)  # type: ignore[arg-type]

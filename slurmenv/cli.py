@@ -6,68 +6,47 @@ import os
 import sys
 from collections.abc import Sequence
 
-from . import __version__, resolve
+from . import __version__, options, render, resolve
 from ._compat import TYPE_CHECKING
 from .errors import SlurmEnvError
+from .render import FORMATS, SHELLS
 from .resolution import OUTPUTS, Resolution
 
 if TYPE_CHECKING:
     import argparse  # imported for real only when argparse parses (see _fast_args)
-    from typing import Any
+    from typing import NoReturn
+
+    from .options import Arg
+
+
+#: The command-line options of every command besides the options table's (see options.Arg).
+FOR: Arg = ("--for", {
+    "dest": "for_", "default": "all", "choices": tuple(sorted(OUTPUTS)),
+    "help": "which variables: torch (RANK, ..., MASTER_PORT), tf (TF_CONFIG), all (default: "
+    "torch and tf) or torchrun (PET_NNODES, ...: options of one plain torchrun per node)",
+})
+SHELL: Arg = ("--shell", {"dest": "shell", "default": None, "choices": SHELLS,
+                          "help": "shell syntax (default sh)"})
+FORMAT: Arg = ("--format", {"dest": "format", "default": None, "choices": FORMATS,
+                            "help": "data format"})
+FAST_COMMANDS = ("export", "exec")  # parsed by _fast_args without argparse when they can be
+
+
+def command_args(command: str) -> list[Arg]:
+    """The options of ``export`` or ``exec``, as argparse gets them and _fast_args reads them."""
+    own = [SHELL, FORMAT] if command == "export" else []
+    return [*own, *options.arguments(), FOR]
 
 
 def add_resolution_options(parser: argparse.ArgumentParser) -> None:
-    """The options every resolving command takes (each also has a SLURMENV_* variable)."""
+    """The options every resolving command takes (the options table, and --for)."""
     group = parser.add_argument_group("resolution options (also SLURMENV_* variables)")
-    group.add_argument("--port", help="force MASTER_PORT (SLURMENV_PORT)")
-    group.add_argument(
-        "--port-range", metavar="LO-HI", help="range for the job/step port formula "
-        "(SLURMENV_PORT_RANGE, default 10000-32767)"
-    )
-    group.add_argument(
-        "--addr-template", metavar="TEMPLATE",
-        help="host name template for addresses, e.g. '{host}-ib' (SLURMENV_ADDR_TEMPLATE)",
-    )
-    group.add_argument(
-        "--resolve-addr", action="store_true", default=None,
-        help="turn MASTER_ADDR into an IP address (one DNS lookup; SLURMENV_RESOLVE_ADDR=1)",
-    )
-    group.add_argument(
-        "--tf-chief", action="store_true", default=None,
-        help="make rank 0 TensorFlow's chief (SLURMENV_TF_CHIEF=1)",
-    )
-    group.add_argument(
-        "--bind-gpus", action="store_true", default=None,
-        help="give each task of a node its share of the GPUs the node's tasks share, e.g. "
-        "CUDA_VISIBLE_DEVICES=4,5,6,7 and 2 tasks: 4,5 and 6,7 (SLURMENV_BIND_GPUS=1)",
-    )
-    group.add_argument(
-        "--no-bind-gpus", dest="bind_gpus", action="store_false",
-        help="leave GPU lists alone (the default; overrides SLURMENV_BIND_GPUS=1)",
-    )
-    group.add_argument(
-        "--threads", action="store_true", default=None,
-        help="set OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS when unset, from "
-        "SLURM_CPUS_PER_TASK or the task's CPU affinity (the default)",
-    )
-    group.add_argument(
-        "--no-threads", dest="threads", action="store_false",
-        help="do not set thread counts (SLURMENV_THREADS=0)",
-    )
-    group.add_argument(
-        "--for", dest="for_", choices=sorted(OUTPUTS), default="all",
-        help="which variables: torch (RANK, ..., MASTER_PORT), tf (TF_CONFIG), all (default: "
-        "torch and tf) or torchrun (PET_NNODES, ...: options of one plain torchrun per node)",
-    )
+    options.add_arguments(group, [*options.arguments(), FOR])
 
 
 def add_export_options(parser: argparse.ArgumentParser) -> None:
     """The options of ``export`` besides the resolution options."""
-    parser.add_argument(
-        "--shell", choices=("sh", "bash", "zsh", "fish", "csh", "tcsh"), default=None,
-        help="shell syntax (default sh)",
-    )
-    parser.add_argument("--format", choices=("json", "dotenv"), default=None, help="data format")
+    options.add_arguments(parser, [SHELL, FORMAT])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,20 +70,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, (_, helptext) in EXTERNAL.items():
         sub.add_parser(name, help=helptext, add_help=False)
+
+    help_ = sub.add_parser("help", help="this help, or a command's: slurmenv help export")
+    help_.add_argument("topic", nargs="?", choices=[*COMMANDS, *EXTERNAL], metavar="COMMAND")
     return parser
 
 
 def resolve_from_args(args: argparse.Namespace) -> Resolution:
     """Resolve with the options parsed by ``add_resolution_options``."""
-    return resolve(
-        port=args.port,
-        port_range=args.port_range,
-        addr_template=args.addr_template,
-        resolve_addr=args.resolve_addr,
-        tf_chief=args.tf_chief,
-        bind_gpus=getattr(args, "bind_gpus", None),
-        threads=getattr(args, "threads", None),
-    )
+    return resolve(**options.given_in(args))
 
 
 def print_error(exc: SlurmEnvError) -> None:
@@ -112,13 +86,15 @@ def print_error(exc: SlurmEnvError) -> None:
     sys.stderr.write(f"slurmenv: error: {exc}\n")
 
 
-def cmd_export(args: argparse.Namespace) -> int:
-    from . import render
+def usage_error(message: str) -> NoReturn:
+    """Refuse a command line the way argparse does (main then makes ``eval`` stop)."""
+    sys.stderr.write(f"slurmenv: error: {message}\n")
+    raise SystemExit(2)
 
+
+def cmd_export(args: argparse.Namespace) -> int:
     if args.shell and args.format:
-        sys.stderr.write("slurmenv: error: give --shell or --format, not both\n")
-        sys.stdout.write(render.FAILURE[args.shell])
-        return 2
+        usage_error("give --shell or --format, not both")
     fmt = args.format or args.shell or "sh"
     try:
         values = resolve_from_args(args).env(args.for_)
@@ -126,12 +102,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     except SlurmEnvError as exc:
         print_error(exc)
         # Make `eval $(slurmenv export); python train.py` stop before python in a script.
-        sys.stdout.write(render.FAILURE.get(fmt, ""))
+        fail_closed(fmt)
         return 1
-    except Exception:
-        # A bug rather than bad input: still stop the script before it runs without a rank.
-        sys.stdout.write(render.FAILURE.get(fmt, ""))
-        raise
     sys.stdout.write(text)
     return 0
 
@@ -141,8 +113,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv:
-        sys.stderr.write("slurmenv: error: exec needs a command: slurmenv exec -- python train.py\n")
-        return 2
+        usage_error("exec needs a command: slurmenv exec -- python train.py")
     try:
         values = resolve_from_args(args).env(args.for_)
     except SlurmEnvError as exc:
@@ -157,7 +128,15 @@ def cmd_exec(args: argparse.Namespace) -> int:
     return 0  # pragma: no cover - execvp does not return
 
 
-COMMANDS = {"export": cmd_export, "exec": cmd_exec}
+def cmd_help(args: argparse.Namespace) -> int:
+    """``slurmenv help [COMMAND]``: the help of slurmenv or of one command, on stdout."""
+    if args.topic is None:
+        build_parser().print_help()
+        return 0
+    return main([args.topic, "--help"])
+
+
+COMMANDS = {"export": cmd_export, "exec": cmd_exec, "help": cmd_help}
 # Commands that live in their own module (imported only when used): name -> (module, help).
 EXTERNAL = {
     "show": ("slurmenv.show", "every value with the variables it came from"),
@@ -168,8 +147,25 @@ EXTERNAL = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``slurmenv`` command; returns the exit status."""
+    """Entry point of the ``slurmenv`` command; returns the exit status.
+
+    Whatever goes wrong, ``eval $(slurmenv ...)`` must not let a script go on: a refused
+    command line (argparse's or our own SystemExit 2) and a bug (any other exception) print
+    the shell's failure text on stdout besides the message on stderr (see fail_closed).
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _run(argv)
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            fail_closed(_asked_format(argv))
+        raise
+    except Exception:
+        fail_closed(_asked_format(argv))
+        raise
+
+
+def _run(argv: list[str]) -> int:
     if argv and argv[0] in EXTERNAL:
         import importlib
 
@@ -179,104 +175,73 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args is not None:
         return COMMANDS[args.command](args)
     parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        if exc.code and argv[:1] == ["export"]:  # a typo must not let the script go on
-            sys.stdout.write(_export_failure_text(argv))
-        raise
+    args = parser.parse_args(argv)
     if args.command is None:
-        parser.print_help()
-        return 2
+        parser.error("a command is needed: export, exec, show, doctor, dump, torchrun or help")
     return COMMANDS[args.command](args)
 
 
-def _export_failure_text(argv: Sequence[str]) -> str:
-    """The FAILURE text of the shell an ``export`` command line asks for (sh by default)."""
-    from . import render
+# --- failing closed -------------------------------------------------------------------------
+def fail_closed(fmt: str | None) -> None:
+    """Print the failure text of shell ``fmt`` (None: the calling shell's, else sh's), which
+    ``eval`` turns into an exit from a script but not from an interactive shell. Nothing for
+    a data format (``--format``) or when stdout is a terminal: then nobody evaluates it."""
+    isatty = getattr(sys.stdout, "isatty", None)
+    if fmt in FORMATS or (isatty is not None and isatty()):  # not for eval
+        return
+    sys.stdout.write(render.FAILURE.get(fmt or _calling_shell(), render.FAILURE["sh"]))
+    sys.stdout.flush()
 
-    shell = "sh"
+
+def _asked_format(argv: Sequence[str]) -> str | None:
+    """The shell (``--shell``) or format (``--format``) a command line asks for, or None."""
     for i, token in enumerate(argv):
-        if token == "--format" or token.startswith("--format="):
-            return ""
-        if token == "--shell" and i + 1 < len(argv):
-            shell = argv[i + 1]
-        elif token.startswith("--shell="):
-            shell = token.partition("=")[2]
-    return render.FAILURE.get(shell, render.FAILURE["sh"])
+        name, equals, value = token.partition("=")
+        if token == "--":
+            break
+        if name in ("--shell", "--format"):
+            if not equals:
+                value = argv[i + 1] if i + 1 < len(argv) else ""
+            if value in SHELLS or value in FORMATS:
+                return value
+    return None
+
+
+def _calling_shell() -> str:
+    """``fish``, ``csh`` or ``tcsh`` when the parent process is that shell, else ``sh``.
+
+    Only for the failure text of a command line that names no shell (``eval (slurmenv)``
+    in fish): sh's text is a mere syntax error there, after which fish and csh go on.
+    """
+    try:
+        with open(f"/proc/{os.getppid()}/comm", encoding="utf-8", errors="replace") as handle:
+            name = handle.read().strip()
+    except OSError:
+        return "sh"
+    return name if name in ("fish", "csh", "tcsh") else "sh"
 
 
 # --- export and exec without argparse ------------------------------------------------------
 # `srun ... slurmenv export` runs in every task of a step, and importing argparse, building
 # the parser and parsing cost more than the rest of export. The common command lines
-# (exact option names, `--opt value` or `--opt=value`) are parsed here from the same
-# definitions (add_export_options, add_resolution_options, read through _Recorder), giving
-# what argparse gives (tests/test_fast_path.py compares them); anything else (help,
-# abbreviations, errors, options of a kind not handled here) goes to argparse.
-
-_FAST_KEYWORDS = {"action", "choices", "default", "dest", "help", "metavar"}
-_FAST_ACTIONS = {"store": None, "store_true": False, "store_false": True}
-
-
-class _Recorder:
-    """Stands in for an argparse parser: records add_argument calls."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[tuple[str, ...], dict[str, Any]]] = []
-
-    def add_argument_group(self, *args: object, **kwargs: object) -> _Recorder:
-        return self
-
-    def add_argument(self, *flags: str, **kwargs: Any) -> None:
-        self.calls.append((flags, kwargs))
+# (exact option names, `--opt value` or `--opt=value`) are parsed by options.parse_leading
+# from the same definitions argparse gets (command_args: the options table, --for, --shell,
+# --format),
+# giving what argparse gives (tests/test_fast_path.py compares them); anything else (help,
+# abbreviations, errors) goes to argparse.
 
 
 def _fast_args(argv: Sequence[str]) -> argparse.Namespace | None:
     """argparse's result for a common ``export``/``exec`` command line, or None: use argparse."""
-    if not argv or argv[0] not in ("export", "exec"):
+    if not argv or argv[0] not in FAST_COMMANDS:
         return None
-    recorder = _Recorder()
-    if argv[0] == "export":
-        add_export_options(recorder)  # type: ignore[arg-type]
-    add_resolution_options(recorder)  # type: ignore[arg-type]
-    values: dict[str, Any] = {"command": argv[0]}
-    options: dict[str, tuple[str, str, Any]] = {}
-    for flags, kwargs in recorder.calls:
-        action = kwargs.get("action", "store")
-        if set(kwargs) - _FAST_KEYWORDS or action not in _FAST_ACTIONS:
-            return None
-        if not all(flag.startswith("--") for flag in flags):
-            return None
-        dest = kwargs.get("dest") or flags[0][2:].replace("-", "_")
-        values.setdefault(dest, kwargs.get("default", _FAST_ACTIONS[action]))
-        for flag in flags:
-            options[flag] = (dest, action, kwargs.get("choices"))
+    parsed = options.parse_leading(argv[1:], command_args(argv[0]), rest=argv[0] == "exec")
+    if parsed is None:
+        return None
+    values, command = parsed
     if argv[0] == "exec":
-        values["argv"] = []
-    i = 1
-    while i < len(argv):
-        token = argv[i]
-        if argv[0] == "exec" and (token == "--" or not token.startswith("-")):
-            values["argv"] = list(argv[i:])
-            break
-        name, equals, value = token.partition("=")
-        if name not in options:
-            return None
-        dest, action, choices = options[name]
-        i += 1
-        if action != "store":
-            if equals:
-                return None
-            values[dest] = action == "store_true"
-            continue
-        if not equals:
-            if i == len(argv):
-                return None
-            value = argv[i]
-            i += 1
-        if not value or value.startswith("-") or (choices is not None and value not in choices):
-            return None
-        values[dest] = value
+        values["argv"] = command
+    values["command"] = argv[0]
     from types import SimpleNamespace
 
     return SimpleNamespace(**values)  # type: ignore[return-value]

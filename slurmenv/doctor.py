@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 from . import nodes, resolve, tfconfig
 from .errors import SlurmEnvError
 from .launchers import base, outside_step
+from .options import names as option_names
 from .resolution import Resolution
 from .show import (
     bound_per_task,
@@ -257,10 +258,7 @@ def _listening(
 
 # -- diagnose: verdicts from environment, options and facts --------------------------------
 _STEP_VARIABLES = ("SLURM_STEP_ID", "SLURM_STEPID", "SLURM_JOB_ID")
-_OPTION_VARIABLES = (
-    "SLURMENV_PORT_RANGE", "SLURMENV_ADDR_TEMPLATE", "SLURMENV_RESOLVE_ADDR",
-    "SLURMENV_TF_CHIEF", "--port", "--port-range", "--addr-template",
-)  # fmt: skip
+_OPTION_VARIABLES = option_names()  # every SLURMENV_* variable and flag of the options table
 _PORT_VARIABLES = ("MASTER_PORT", "SLURMENV_PORT", "SLURM_STEP_RESV_PORTS")
 
 
@@ -1017,7 +1015,10 @@ def main(argv: Sequence[str]) -> int:
         if report.errors or report.warnings:  # silent when all is well: it runs in every task
             sys.stderr.write(format_report(report, use_colour(args.color, sys.stderr), quiet=True))
         if report.ifname is None:
+            from .cli import fail_closed
+
             sys.stderr.write("slurmenv: error: no interface to export (see the checks above)\n")
+            fail_closed(args.shell)  # eval $(slurmenv doctor --export-ifname) must stop too
             return 1
         sys.stdout.write(render.render(report.ifname, args.shell))
         return status

@@ -386,13 +386,11 @@ def replay_report(dump: Dump, replayed: dict[str, Any]) -> list[str]:
 
 
 def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The resolution options given on the command line (see cli.add_resolution_options)."""
-    names = (
-        "port", "port_range", "addr_template", "resolve_addr", "tf_chief", "bind_gpus", "threads"
-    )
-    return {
-        name: getattr(args, name) for name in names if getattr(args, name, None) is not None
-    }
+    """The resolution options given on the command line (the options table's, see
+    cli.add_resolution_options)."""
+    from .options import given_in
+
+    return given_in(args)
 
 
 def build_parser() -> argparse.ArgumentParser:

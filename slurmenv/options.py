@@ -1,54 +1,162 @@
-"""User choices that change a resolution, from keyword arguments or ``SLURMENV_*`` variables.
+"""User choices that change a resolution: the options table.
 
-Variables let a choice made once in the batch script reach every task through ``srun``.
+Each option is one row of :class:`Options`' body: its field, type and default as a Python
+class attribute, and through :func:`option` its ``SLURMENV_*`` variable, command-line flag,
+kind and help. Everything else is made from that table: :class:`Options` itself,
+:func:`from_environ`, the argparse options of every command (:func:`add_arguments`), the
+argparse-free parser of ``export``/``exec``/``torchrun`` (:func:`parse_leading`), the options
+``dump`` records (:func:`given_in`), doctor's list of option names (:func:`names`), the
+options ``slurmenv torchrun`` takes (``torchrun=True``) and ``docs/options.md``
+(:func:`markdown`). :func:`slurmenv.resolve` keeps explicit keywords for its users; a test
+checks them against the table. Adding an option is one row.
+
+Variables let a choice made once in the batch script reach every task through ``srun``;
+a keyword argument or command-line flag overrides its variable.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from ._compat import NamedTuple  # not typing's: see _compat
+from ._compat import TYPE_CHECKING, NamedTuple  # not typing's: see _compat
 from .errors import SlurmEnvError
 from .ports import DEFAULT_RANGE, parse_port, parse_range
+
+if TYPE_CHECKING:
+    from typing import Any, TypeAlias
+
+    #: A command-line option: ``parser.add_argument(flag, **keywords)``.
+    Arg: TypeAlias = tuple[str, dict[str, Any]]
 
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("", "0", "false", "no", "off")
 
+# Kinds of option: how a text (a variable's value or a flag's argument) becomes the value.
+PORT = "port"  # a TCP port 1024-65535 -> int
+RANGE = "range"  # LO-HI -> (lo, hi)
+TEMPLATE = "template"  # a host name template with {host} -> str
+ADDRESS = "address"  # a host name or IP address -> str
+FLAG = "flag"  # yes/no -> bool; --NAME turns it on, --no-NAME (if it has one) off
 
-class Options(NamedTuple):
-    """Resolution options (all optional).
 
-    * ``port``: force ``MASTER_PORT`` (``SLURMENV_PORT``; an inherited ``MASTER_PORT`` also counts).
-    * ``port_range``: ``(lo, hi)`` for the job/step formula (``SLURMENV_PORT_RANGE``).
-    * ``addr_template``: e.g. ``"{host}-ib"`` for a fast network's names (``SLURMENV_ADDR_TEMPLATE``).
-    * ``resolve_addr``: turn ``MASTER_ADDR`` into an IP address with one DNS lookup
-      (``SLURMENV_RESOLVE_ADDR=1``); the only option that touches DNS.
-    * ``tf_chief``: make rank 0 TensorFlow's ``chief`` (``SLURMENV_TF_CHIEF=1``).
-    * ``bind_gpus``: give each task of a node its share of the GPU list the node's tasks share
-      (``SLURMENV_BIND_GPUS=1``; off by default; see ``slurmenv.gpus``).
-    * ``threads``: set ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS`` and ``OPENBLAS_NUM_THREADS``
-      when unset (on by default; ``SLURMENV_THREADS=0`` turns it off; see ``slurmenv.threads``).
+class Option:
+    """One row of the options table (see :func:`option`).
+
+    A plain class, not a named tuple: every ``slurmenv export`` imports this module, and a
+    named tuple class costs 0.1 ms to create.
     """
 
-    port: int | None = None
-    port_range: tuple[int, int] = DEFAULT_RANGE
-    addr_template: str | None = None
-    resolve_addr: bool = False
-    tf_chief: bool = False
-    bind_gpus: bool = False
-    threads: bool = True
+    __slots__ = ("default", "field", "flag", "help", "kind", "metavar", "negative", "torchrun",
+                 "variable")
+
+    def __init__(
+        self, variable: str, flag: str, kind: str, default: object, help: str,
+        metavar: str | None, negative: str | None, torchrun: bool,
+    ) -> None:
+        self.field = ""  # the name of its Options field, set once the class exists
+        self.variable = variable
+        self.flag = flag
+        self.kind = kind
+        self.default = default
+        self.help = help
+        self.metavar = metavar
+        self.negative = negative  # help of --no-NAME (flags only; None: no such flag)
+        self.torchrun = torchrun  # also an option of `slurmenv torchrun`
+
+    def __repr__(self) -> str:
+        return f"<option {self.field} {self.flag} {self.variable}>"
 
 
-def _flag(environ: Mapping[str, str], name: str, default: bool = False) -> bool:
-    if not environ.get(name, "").strip():
-        return default
-    value = environ[name].strip().lower()
+_ROWS: list[Option] = []
+
+
+def negative_flag(row: Option) -> str:
+    """``--no-NAME`` of a flag row."""
+    return "--no-" + row.flag[2:]
+
+
+def option(
+    variable: str,
+    flag: str,
+    kind: str,
+    default: object,
+    help: str,
+    *,
+    metavar: str | None = None,
+    negative: str | None = None,
+    torchrun: bool = False,
+) -> Any:
+    """A row of the options table, written as the default of an :class:`Options` field.
+
+    Returns ``default`` (so the field's default is the option's); the row is recorded in
+    field order and named after its field when the class is complete (see ``TABLE``).
+    """
+    _ROWS.append(Option(variable, flag, kind, default, help, metavar, negative, torchrun))
+    return default
+
+
+class Options(NamedTuple):
+    """Resolution options (all optional); each field is one row of the options table:
+    ``name: type = option(variable, flag, kind, default, help, ...)``."""
+
+    port: int | None = option(
+        "SLURMENV_PORT", "--port", PORT, None, "force MASTER_PORT (an inherited MASTER_PORT "
+        "also counts)", metavar="PORT", torchrun=True,
+    )
+    port_range: tuple[int, int] = option(
+        "SLURMENV_PORT_RANGE", "--port-range", RANGE, DEFAULT_RANGE,
+        "range for the job/step port formula", metavar="LO-HI", torchrun=True,
+    )
+    addr_template: str | None = option(
+        "SLURMENV_ADDR_TEMPLATE", "--addr-template", TEMPLATE, None,
+        "host name template for addresses, e.g. '{host}-ib'", metavar="TEMPLATE", torchrun=True,
+    )
+    resolve_addr: bool = option(
+        "SLURMENV_RESOLVE_ADDR", "--resolve-addr", FLAG, False,
+        "turn MASTER_ADDR into an IP address (one DNS lookup; the only option that touches DNS)",
+        torchrun=True,
+    )
+    tf_chief: bool = option(
+        "SLURMENV_TF_CHIEF", "--tf-chief", FLAG, False, "make rank 0 TensorFlow's chief",
+    )
+    bind_gpus: bool = option(
+        "SLURMENV_BIND_GPUS", "--bind-gpus", FLAG, False,
+        "give each task of a node its share of the GPUs the node's tasks share, e.g. "
+        "CUDA_VISIBLE_DEVICES=4,5,6,7 and 2 tasks: 4,5 and 6,7 (see slurmenv.gpus)",
+        negative="leave GPU lists alone",
+    )
+    threads: bool = option(
+        "SLURMENV_THREADS", "--threads", FLAG, True,
+        "set OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS when unset, from "
+        "SLURM_CPUS_PER_TASK or the task's CPU affinity (see slurmenv.threads)",
+        negative="do not set thread counts",
+    )
+    # New fields go last: Options is a tuple, and resolve()'s keywords follow this order.
+    master_addr: str | None = option(
+        "SLURMENV_MASTER_ADDR", "--master-addr", ADDRESS, None,
+        "address of rank 0's node, for launchers that cannot tell it (MPI with custom "
+        "mappings); wins over the launcher's host", metavar="ADDR", torchrun=True,
+    )
+
+
+if len(_ROWS) != len(Options._fields):  # pragma: no cover - a field without option()
+    raise TypeError("every field of Options must be written name: type = option(...)")
+for _name, _row in zip(Options._fields, _ROWS):
+    _row.field = _name
+#: The options table, in field order.
+TABLE: tuple[Option, ...] = tuple(_ROWS)
+
+
+# -- values --------------------------------------------------------------------------------
+def parse_flag(text: str, variable: str) -> bool:
+    """A yes/no value: 1, true, yes, on or 0, false, no, off (any case), or empty (no)."""
+    value = text.strip().lower()
     if value in TRUE:
         return True
     if value in FALSE:
         return False
     raise SlurmEnvError(
-        f"{name} must be a yes/no flag", variable=name, value=environ.get(name), fix="use 1 or 0"
+        f"{variable} must be a yes/no flag", variable=variable, value=text, fix="use 1 or 0"
     )
 
 
@@ -74,31 +182,192 @@ def check_template(template: str, variable: str) -> str:
     return template
 
 
-def from_environ(environ: Mapping[str, str], **given: object) -> Options:
-    """Options from ``SLURMENV_*`` variables, overridden by the keyword arguments not None."""
-    values: dict[str, object] = {}
-    if environ.get("SLURMENV_PORT"):
-        values["port"] = parse_port(environ["SLURMENV_PORT"], "SLURMENV_PORT")
-    if environ.get("SLURMENV_PORT_RANGE"):
-        values["port_range"] = parse_range(environ["SLURMENV_PORT_RANGE"], "SLURMENV_PORT_RANGE")
-    if environ.get("SLURMENV_ADDR_TEMPLATE"):
-        values["addr_template"] = check_template(
-            environ["SLURMENV_ADDR_TEMPLATE"], "SLURMENV_ADDR_TEMPLATE"
+def check_address(address: str, variable: str) -> str:
+    """A host name or IP address: one word, nothing else."""
+    if not address.strip() or any(char.isspace() for char in address.strip()):
+        raise SlurmEnvError(
+            "not a host name or address",
+            variable=variable,
+            value=address,
+            fix="give the name or IP address of rank 0's node, e.g. 'node017' or '10.1.2.17'",
         )
-    values["resolve_addr"] = _flag(environ, "SLURMENV_RESOLVE_ADDR")
-    values["tf_chief"] = _flag(environ, "SLURMENV_TF_CHIEF")
-    values["bind_gpus"] = _flag(environ, "SLURMENV_BIND_GPUS")
-    values["threads"] = _flag(environ, "SLURMENV_THREADS", default=True)
-    for key, value in given.items():
-        if key not in Options._fields:
-            raise TypeError(f"unknown option {key!r}")
-        if value is None:
+    return address.strip()
+
+
+#: How the text of each kind of option is read.
+PARSERS: dict[str, Callable[[str, str], object]] = {
+    FLAG: parse_flag,
+    PORT: parse_port,
+    RANGE: parse_range,
+    TEMPLATE: check_template,
+    ADDRESS: check_address,
+}
+
+
+def from_environ(environ: Mapping[str, str], **given: object) -> Options:
+    """Options from ``SLURMENV_*`` variables, overridden by the keyword arguments not None.
+
+    A keyword's text (from the command line) is read as its variable's would be, its flag
+    named in errors.
+    """
+    unknown = set(given) - set(Options._fields)
+    if unknown:
+        raise TypeError(f"unknown option {min(unknown)!r}")
+    values: dict[str, Any] = {}
+    for row in TABLE:
+        value = given.get(row.field)
+        if value is not None:
+            if isinstance(value, str):
+                value = PARSERS[row.kind](value, row.flag)
+            values[row.field] = bool(value) if row.kind == FLAG else value
+        else:  # unset or empty: the default (a flag's blank value too)
+            text = environ.get(row.variable, "")
+            if text.strip() if row.kind == FLAG else text:
+                values[row.field] = PARSERS[row.kind](text, row.variable)
+    return Options(**values)
+
+
+# -- command lines -------------------------------------------------------------------------
+def _described(row: Option) -> tuple[str, str | None]:
+    """Help of ``row``'s flag and of its ``--no-`` flag, naming the variable."""
+    if row.kind != FLAG:
+        shown = default_text(row)
+        default = f", default {shown}" if shown != "unset" else ""
+        return f"{row.help} ({row.variable}{default})", None
+    if row.default:
+        on, off = f"{row.help} (the default)", f"{row.negative} ({row.variable}=0)"
+    else:
+        on = f"{row.help} ({row.variable}=1)"
+        off = f"{row.negative} (the default; overrides {row.variable}=1)"
+    return on, off if row.negative else None
+
+
+def arguments(rows: Iterable[Option] = TABLE) -> list[Arg]:
+    """The command-line options of ``rows``: ``--NAME`` and, for flags, ``--no-NAME``.
+
+    Every default is None ("not given"): the variable or the table's default applies.
+    """
+    out: list[Arg] = []
+    for row in rows:
+        on, off = _described(row)
+        if row.kind != FLAG:
+            out.append((row.flag, {"dest": row.field, "default": None, "help": on,
+                                   "metavar": row.metavar}))
             continue
-        if key == "port_range" and isinstance(value, str):
-            value = parse_range(value, "--port-range")
-        elif key == "port" and isinstance(value, str):
-            value = parse_port(value, "--port")
-        elif key == "addr_template" and isinstance(value, str):
-            value = check_template(value, "--addr-template")
-        values[key] = value
-    return Options(**values)  # type: ignore[arg-type]
+        out.append((row.flag, {"dest": row.field, "default": None, "help": on,
+                               "action": "store_true"}))
+        if off is not None:
+            out.append((negative_flag(row), {"dest": row.field, "default": None, "help": off,
+                                             "action": "store_false"}))
+    return out
+
+
+def add_arguments(container: Any, args: Iterable[Arg]) -> None:
+    """Define ``args`` on an argparse parser or argument group."""
+    for flag, keywords in args:
+        container.add_argument(flag, **keywords)
+
+
+def parse_leading(
+    argv: Sequence[str], args: Iterable[Arg], rest: bool = False
+) -> tuple[dict[str, object], list[str]] | None:
+    """What argparse makes of a plain command line of ``args``, without argparse.
+
+    Understood: exact option names, ``--opt value`` and ``--opt=value``. With ``rest``, the
+    first ``--`` or word not starting with ``-`` starts the command (returned as it is);
+    without, there is none. Returns ``(values by dest, command)``, or None for anything
+    else (help, abbreviations, errors...): then argparse must decide.
+    """
+    values: dict[str, object] = {}
+    known: dict[str, dict[str, Any]] = {}
+    for flag, keywords in args:
+        values.setdefault(keywords["dest"], keywords.get("default"))
+        known[flag] = keywords
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if rest and (token == "--" or not token.startswith("-")):
+            return values, list(argv[i:])
+        name, equals, value = token.partition("=")
+        spec = known.get(name)
+        if spec is None:
+            return None
+        i += 1
+        action = spec.get("action", "store")
+        if action != "store":
+            if equals:
+                return None
+            values[spec["dest"]] = action == "store_true"
+            continue
+        if not equals:
+            if i == len(argv):
+                return None
+            value = argv[i]
+            i += 1
+        choices = spec.get("choices")
+        if not value or value.startswith("-") or (choices is not None and value not in choices):
+            return None
+        values[spec["dest"]] = value
+    return values, []
+
+
+def names() -> frozenset[str]:
+    """Every name an option is known by: variables and flags (doctor sorts errors with it)."""
+    return frozenset(
+        name for row in TABLE
+        for name in (row.variable, row.flag, *((negative_flag(row),) if row.negative else ()))
+    )
+
+
+def given_in(args: object) -> dict[str, Any]:
+    """The options given on a command line (an argparse namespace or a mapping by dest)."""
+    values = args if isinstance(args, Mapping) else vars(args)
+    return {row.field: values[row.field] for row in TABLE if values.get(row.field) is not None}
+
+
+# -- documentation -------------------------------------------------------------------------
+def default_text(row: Option) -> str:
+    """The default as a user writes it."""
+    if row.kind == FLAG:
+        return "on" if row.default else "off"
+    if row.default is None:
+        return "unset"
+    if isinstance(row.default, tuple):  # a RANGE: (lo, hi)
+        return "-".join(str(end) for end in row.default)
+    return str(row.default)
+
+
+#: The command that writes docs/options.md.
+REGENERATE = ("python -c 'from slurmenv.options import markdown; print(markdown(), end=\"\")' "
+              "> docs/options.md")
+
+
+def markdown() -> str:
+    """``docs/options.md``: the table as a page (a test keeps the file equal to this)."""
+    lines = [
+        "# Options",
+        "",
+        ("<!-- Generated from the table in slurmenv/options.py by `" + REGENERATE + "`; "
+         "tests/test_options.py checks it. -->"),
+        "",
+        ("Every resolution option is a command-line flag of `export`, `exec`, `show`, `doctor` "
+         "and `dump`, a `SLURMENV_*` variable (set once in the batch script, it reaches every "
+         "task through `srun`) and a keyword of `slurmenv.resolve()`. A flag or keyword wins "
+         "over its variable. Yes/no variables take `1`, `true`, `yes`, `on` or `0`, `false`, "
+         "`no`, `off`. `slurmenv torchrun` takes the options marked *torchrun*."),
+        "",
+        "| flag | variable | default | meaning |",
+        "| --- | --- | --- | --- |",
+    ]
+    for row in TABLE:
+        flag = f"`{row.flag} {row.metavar}`" if row.metavar else f"`{row.flag}`"
+        if row.negative:
+            flag += f", `{negative_flag(row)}`"
+        meaning = row.help + (f"; `{negative_flag(row)}`: {row.negative}" if row.negative else "")
+        meaning += " (*torchrun*)" if row.torchrun else ""
+        meaning = meaning.replace("|", "\\|")
+        lines.append(f"| {flag} | `{row.variable}` | {default_text(row)} | {meaning} |")
+    lines += ["", "Python: `slurmenv.resolve(" + ", ".join(
+        f"{row.field}=..." for row in TABLE) + ")`.", ""]
+    return "\n".join(lines)
+

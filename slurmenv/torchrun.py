@@ -30,12 +30,15 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import _AUTO
 from .errors import SlurmEnvError
 from .resolution import TORCHRUN_NAMES as PET_NAMES
 from .resolution import Resolution
+
+if TYPE_CHECKING:
+    from .options import Arg
 
 #: torchrun options that take a value (canonical long name, without the leading ``--``).
 VALUE_OPTIONS = (
@@ -223,13 +226,12 @@ def build(
     args: Sequence[str],
     environ: Mapping[str, str],
     *,
-    port: int | None = None,
-    port_range: str | None = None,
-    addr_template: str | None = None,
-    resolve_addr: bool | None = None,
     ephemeral_range: tuple[int, int] | None | object = _AUTO,
+    **given: Any,
 ) -> Launch:
     """Resolve this node and build the torchrun command line for the user's ``args``.
+
+    ``given`` are resolution options (keywords of :func:`slurmenv.resolve`).
 
     Nothing is executed. Raises SlurmEnvError with the reason when the step cannot run
     torchrun (more than one task per node, outside a step, inside another launcher, ...).
@@ -244,12 +246,8 @@ def build(
             variable="TORCHELASTIC_RUN_ID", value=environ["TORCHELASTIC_RUN_ID"],
             fix="run slurmenv torchrun from the batch script's srun, not from a training process",
         )
-    res = resolve(
-        base, port=port, port_range=port_range, addr_template=addr_template,
-        resolve_addr=resolve_addr,
-        ephemeral_range=ephemeral_range,
-    )
-    opts = options.from_environ(base, addr_template=addr_template)
+    res = resolve(base, ephemeral_range=ephemeral_range, **given)
+    opts = options.from_environ(base, **given)
     given, _ = scan(args)
     # torchrun's PET_<OPTION> variables are the same choice as the option: they win too.
     for option in PET_OPTIONS:
@@ -277,49 +275,77 @@ def build(
     return Launch(argv, base, filled, res)
 
 
-USAGE = """\
-usage: slurmenv torchrun [--port P] [--port-range LO-HI] [--addr-template T] [--resolve-addr]
-                         [--dry-run] [--] [TORCHRUN OPTIONS] SCRIPT [ARGS...]
-
+_INTRO = """
 Run torchrun with --nnodes, --nproc-per-node and a c10d rendezvous on the node
 of rank 0 (--rdzv-backend, --rdzv-endpoint, --rdzv-id, --rdzv-conf=is_host) filled in from
 the Slurm step. Start it once per node: srun --ntasks-per-node=1 slurmenv torchrun train.py
 
 Options you give torchrun (or its PET_<OPTION> variables) win over the filled-in ones.
 --nproc-per-node defaults to the GPUs this task sees (CUDA_VISIBLE_DEVICES, else
-ROCR_VISIBLE_DEVICES, GPU_DEVICE_ORDINAL, ZE_AFFINITY_MASK), else 1.
+ROCR_VISIBLE_DEVICES, GPU_DEVICE_ORDINAL, ZE_AFFINITY_MASK), else 1. An address template
+is also passed to torchrun as --local-addr.
 
-slurmenv options (before the torchrun options; each also has a SLURMENV_* variable):
-  --port P             rendezvous port (SLURMENV_PORT; default: slurmenv's job/step port)
-  --port-range LO-HI   range of the job/step port formula (SLURMENV_PORT_RANGE)
-  --addr-template T    host name template, e.g. '{host}-ib' (SLURMENV_ADDR_TEMPLATE); also
-                       passed to torchrun as --local-addr
-  --resolve-addr       use the IP address of the rendezvous node (SLURMENV_RESOLVE_ADDR=1)
-  --dry-run            print the command and exit
-"""
-
-_OWN_VALUE = ("--port", "--port-range", "--addr-template")
-_OWN_FLAGS = ("--resolve-addr", "--dry-run")
+slurmenv options (before the torchrun options; each also has a SLURMENV_* variable):"""
 
 
-def parse_own(argv: Sequence[str]) -> tuple[dict[str, str | bool], list[str]]:
-    """slurmenv's own leading options (exact names only), then the rest for torchrun."""
-    own: dict[str, str | bool] = {}
+def own_arguments() -> list[Arg]:
+    """slurmenv's own options of ``slurmenv torchrun``: the options table's rows marked
+    ``torchrun``, and ``--dry-run``."""
+    from .options import TABLE, arguments
+
+    return [*arguments(row for row in TABLE if row.torchrun), ("--dry-run", {
+        "dest": "dry_run", "default": None, "action": "store_true",
+        "help": "print the command and exit"})]
+
+
+def usage() -> str:
+    """The help of ``slurmenv torchrun``."""
+    import textwrap
+
+    own = own_arguments()
+    shown = [(flag, f"{flag} {kw['metavar']}" if kw.get("metavar") else flag, kw["help"])
+             for flag, kw in own]
+    words = [f"[{name}]" for _, name, _ in shown]
+    words += ["[--]", "[TORCHRUN OPTIONS]", "SCRIPT", "[ARGS...]"]
+    lines, line = [], "usage: slurmenv torchrun"
+    for word in words:
+        if len(line) + 1 + len(word) > 92:
+            lines.append(line)
+            line = " " * len("usage: slurmenv torchrun")
+        line += " " + word
+    lines.append(line)
+    lines.append(_INTRO)
+    indent = " " * 27
+    for _, name, text in shown:
+        head = f"  {name:<25}" if len(name) < 25 else f"  {name}\n{indent}"
+        lines.append(head + f"\n{indent}".join(textwrap.wrap(text, 92 - 27)))
+    return "\n".join(lines) + "\n"
+
+
+def parse_own(argv: Sequence[str]) -> tuple[dict[str, object], list[str]]:
+    """slurmenv's own leading options (exact names only; see own_arguments), by field, then
+    the rest for torchrun. ``-h``/``--help`` first: ``{"help": True}``."""
+    from .cli import usage_error
+
+    known = dict(own_arguments())
+    own: dict[str, object] = {}
     i = 0
     while i < len(argv):
         name, eq, inline = argv[i].partition("=")
-        if name in _OWN_VALUE:
+        spec = known.get(name)
+        action = None if spec is None else spec.get("action", "store")
+        if spec is not None and action == "store":
             if eq:
-                own[name] = inline
+                own[spec["dest"]] = inline
             elif i + 1 < len(argv):
                 i += 1
-                own[name] = argv[i]
+                own[spec["dest"]] = argv[i]
             else:
-                raise SlurmEnvError(f"{name} needs a value", variable=name, fix=USAGE.splitlines()[0])
-        elif argv[i] in _OWN_FLAGS:
-            own[argv[i]] = True
+                usage_error(f"{name} needs a value (see slurmenv torchrun --help)")
+        elif spec is not None and not eq:
+            own[spec["dest"]] = action == "store_true"
         elif argv[i] in ("-h", "--help") and i == 0:
-            own["--help"] = True
+            own["help"] = True
         elif argv[i] == "--":
             return own, list(argv[i + 1:])
         else:
@@ -330,33 +356,22 @@ def parse_own(argv: Sequence[str]) -> tuple[dict[str, str | bool], list[str]]:
 
 def main(argv: Sequence[str]) -> int:
     """``slurmenv torchrun``: resolve, fill in torchrun's options, exec torchrun."""
-    from . import ports
-    from .cli import print_error
+    from .cli import print_error, usage_error
 
+    own, rest = parse_own(argv)
+    if own.pop("help", False):
+        sys.stdout.write(usage())
+        return 0
+    if scan(rest)[1] >= len(rest) and "help" not in scan(rest)[0]:
+        sys.stderr.write(usage())
+        usage_error("torchrun needs a training script")
+    dry_run = own.pop("dry_run", False)
     try:
-        own, rest = parse_own(argv)
-        if own.get("--help"):
-            sys.stdout.write(USAGE)
-            return 0
-        if scan(rest)[1] >= len(rest) and "help" not in scan(rest)[0]:
-            sys.stderr.write("slurmenv: error: torchrun needs a training script\n" + USAGE)
-            return 2
-
-        def text(key: str) -> str | None:
-            value = own.get(key)
-            return value if isinstance(value, str) else None
-
-        port = text("--port")
-        launch = build(
-            rest, os.environ, port=None if port is None else ports.parse_port(port, "--port"),
-            port_range=text("--port-range"),
-            addr_template=text("--addr-template"),
-            resolve_addr=True if own.get("--resolve-addr") else None,
-        )
+        launch = build(rest, os.environ, **own)
     except SlurmEnvError as exc:
         print_error(exc)
         return 1
-    if own.get("--dry-run"):
+    if dry_run:
         import shlex
 
         sys.stdout.write(shlex.join(launch.argv) + "\n")

@@ -312,3 +312,81 @@ def test_tf_config_over_128k_refused_torch_still_works() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "export RANK='17';" in proc.stdout and "TF_CONFIG" not in proc.stdout
     assert "export MASTER_ADDR='n00001';" in proc.stdout
+
+
+# --- help only when asked; every refusal prints the failure text --------------------------
+
+@pytest.mark.parametrize("argv", [["--help"], ["help"], ["help", "export"], ["help", "show"],
+                                  ["help", "torchrun"], ["export", "--help"]])
+def test_help_goes_to_stdout_when_asked(argv: list[str]) -> None:
+    proc = run([SLURMENV, *argv], base_env())  # type: ignore[list-item]
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: slurmenv") and proc.stderr == ""
+
+
+@pytest.mark.parametrize("argv", [[], ["exprot"], ["--shell", "bash"], ["help", "exprot"],
+                                  ["export", "--bnd-gpus"], ["export", "--shell", "sh",
+                                  "--format", "json"], ["exec"], ["show", "--bogus"],
+                                  ["torchrun"]])
+def test_a_refused_command_line_prints_only_the_failure_text(argv: list[str]) -> None:
+    proc = run([SLURMENV, *argv], base_env())  # type: ignore[list-item]
+    assert proc.returncode == 2
+    assert proc.stdout == render.FAILURE["sh"]  # no help text for eval to run
+    assert "error: " in proc.stderr
+
+
+@pytest.mark.parametrize("shell", ["sh", "bash", "zsh", "fish", "csh", "tcsh"])
+def test_the_failure_text_is_the_named_shells(shell: str) -> None:
+    for argv in (["export", "--shell", shell, "--bogus"], ["exprot", f"--shell={shell}"],
+                 ["exec", "--shell", shell]):
+        proc = run([SLURMENV, *argv], base_env())  # type: ignore[list-item]
+        assert proc.returncode == 2 and proc.stdout == render.FAILURE[shell], argv
+
+
+def test_a_data_format_gets_no_shell_text() -> None:
+    proc = run([SLURMENV, "export", "--format", "json", "--bogus"], base_env())  # type: ignore[list-item]
+    assert proc.returncode == 2 and proc.stdout == ""
+    proc = run([SLURMENV, "export", "--format=dotenv"], batch_env())  # type: ignore[list-item]
+    assert proc.returncode == 1 and proc.stdout == ""
+
+
+def test_a_terminal_gets_no_failure_text() -> None:
+    # Nobody evaluates what a terminal shows: a person who mistypes sees the error alone.
+    import pty
+
+    for argv, env in (([SLURMENV, "exprot"], base_env()), ([SLURMENV, "export"], batch_env())):
+        leader, follower = pty.openpty()
+        try:
+            proc = subprocess.run(argv, env=env, stdout=follower, stderr=subprocess.PIPE,  # type: ignore[arg-type]
+                                  stdin=subprocess.DEVNULL, timeout=60, check=False)
+            os.close(follower)
+            shown = b""
+            while True:
+                try:
+                    chunk = os.read(leader, 4096)
+                except OSError:  # EIO: the terminal's other end is closed
+                    break
+                if not chunk:
+                    break
+                shown += chunk
+        finally:
+            os.close(leader)
+        assert proc.returncode in (1, 2) and b"slurmenv: error" in proc.stderr
+        assert shown == b"", shown
+
+
+def test_a_bug_in_any_command_prints_the_failure_text(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from slurmenv import launchers
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(launchers, "resolve", broken)
+    monkeypatch.setattr(os, "environ", step(0))
+    for argv in (["export", "--shell", "fish"], ["exec", "--", "true"], ["show"], ["dump", "-o", "-"]):
+        with pytest.raises(RuntimeError):
+            cli.main(argv)
+        want = render.FAILURE["fish"] if "fish" in argv else render.FAILURE["sh"]
+        assert capsys.readouterr().out.endswith(want), argv

@@ -3,6 +3,7 @@ and must then mean exactly what argparse would; the path imports nothing heavy."
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +45,8 @@ def normal(values: dict[str, object]) -> dict[str, object]:
         ["export", "--port", "12345", "--port-range=10000-20000"],
         ["export", "--addr-template", "{host}-ib", "--resolve-addr", "--tf-chief"],
         ["export", "--bind-gpus", "--no-bind-gpus", "--threads", "--no-threads"],
+        ["export", "--master-addr", "10.0.0.1", "--for=torch"],
+        ["exec", "--master-addr=n1", "--", "python", "train.py"],
         ["export", "--for", "torch", "--for", "tf"],  # the last one wins
         ["exec", "--", "python", "train.py"],
         ["exec", "python", "-c", "pass"],
@@ -85,7 +88,7 @@ VOCABULARY = [
     "--format", "json", "dotenv", "--port", "12000", "--port-range", "10000-20000",
     "--addr-template", "{host}-ib", "--resolve-addr", "--tf-chief", "--bind-gpus",
     "--no-bind-gpus", "--threads", "--no-threads", "--", "python", "-c", "-h", "--fo", "x=1",
-    "--port=1", "--shell=zsh", "--format=xml", "",
+    "--port=1", "--shell=zsh", "--format=xml", "", "--master-addr", "n1", "--master-addr=",
 ]  # fmt: skip
 
 
@@ -100,7 +103,7 @@ def test_fast_path_never_disagrees_with_argparse(command: str, rest: list[str]) 
 
 def test_every_export_and_exec_option_is_understood() -> None:
     # An option of a kind the fast path does not handle would send every task to argparse:
-    # correct, but slow. Then teach _fast_args about it.
+    # correct, but slow. Then teach options.parse_leading about it.
     for command in ("export", "exec"):
         assert cli._fast_args([command]) is not None, command
 
@@ -125,6 +128,35 @@ def test_export_path_imports_nothing_heavy() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=60, check=True)
     assert "export MASTER_ADDR='n0000';" in out.stdout
+    assert out.stderr.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("flag", ["-S", "-I"])
+def test_export_path_imports_nothing_heavy_in_a_bare_interpreter(flag: str) -> None:
+    # Site hooks (.pth files) load typing and more before slurmenv starts, which hides them
+    # from the test above: -S starts without site, so there nothing heavy is loaded before;
+    # -I (no user site, no PYTHON* variables) is how a console script may well start.
+    import hostlist
+
+    code = (
+        "import sys\n"
+        f"sys.path[:0] = [{str(ROOT)!r}, {os.path.dirname(hostlist.__file__)!r}]\n"
+        "before = set(sys.modules)\n"
+        "from slurmenv.cli import main\n"
+        "main(['export', '--for', 'torch'])\n"
+        "heavy = {'typing', 'dataclasses', 'argparse', 'json', 'socket', 'psutil', 'string', "
+        "'subprocess', 'tempfile', 'textwrap', 'inspect'}\n"
+        "print(sorted(heavy & (set(sys.modules) - before)), file=sys.stderr)\n"
+    )
+    env = {
+        "PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0",
+        "SLURM_STEP_NODELIST": "n[0000-0007]", "SLURM_STEP_NUM_NODES": "8",
+        "SLURM_STEP_NUM_TASKS": "8", "SLURM_STEP_TASKS_PER_NODE": "1(x8)", "SLURM_PROCID": "5",
+        "SLURM_LOCALID": "0", "SLURM_NODEID": "5", "SLURM_GTIDS": "5", "SLURMD_NODENAME": "n0005",
+    }  # fmt: skip
+    out = subprocess.run([sys.executable, flag, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=60, check=True)
+    assert "export RANK='5';" in out.stdout  # a step task, not the local fallback
     assert out.stderr.strip().splitlines()[-1] == "[]"
 
 

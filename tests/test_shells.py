@@ -282,3 +282,78 @@ def test_readme_shows_these_lines() -> None:
     page = (ROOT / "docs" / "shells.md").read_text(encoding="utf-8")
     missing = [line for _, line in USAGE.values() if line not in page]
     assert not missing, f"docs/shells.md must show the tested usage lines: {missing}"
+
+
+# --- every error of the command line stops the script (issue 10, item 1) ---------------------
+
+#: Command lines slurmenv refuses, none naming a shell: the failure text must then suit the
+#: shell that runs slurmenv (its parent process).
+REFUSED = {
+    "no command": "slurmenv",
+    "misspelled command": "slurmenv exprot",
+    "export: unknown option": "slurmenv export --bnd-gpus",
+    "export: bad choice": "slurmenv export --for bogus",
+    "exec: unknown option": "slurmenv exec --bogus -- true",
+    "exec: no command": "slurmenv exec",
+    "show: unknown option": "slurmenv show --bogus",
+    "doctor: unknown option": "slurmenv doctor --bogus",
+    "dump: unknown option": "slurmenv dump --bogus",
+    "torchrun: option without its value": "slurmenv torchrun --port",
+    "torchrun: no script": "slurmenv torchrun",
+    "a bug in export": "slurmenv export",  # with the broken slurmenv (see broken_slurmenv)
+    "a bug in show": "slurmenv show",
+}
+BROKEN = """#!{python}
+import sys
+import slurmenv.launchers
+def broken(*args, **kwargs):
+    raise RuntimeError("a forced bug")
+slurmenv.launchers.resolve = broken
+from slurmenv.cli import main
+sys.exit(main())
+"""
+
+
+def refused_env(case: str, home: Path) -> dict[str, str]:
+    """The environment for ``case``: a slurmenv with a bug first on PATH for the bug cases."""
+    env = base_env(home)
+    if case.startswith("a bug"):
+        bindir = home / "broken-bin"
+        bindir.mkdir(exist_ok=True)
+        (bindir / "slurmenv").write_text(BROKEN.format(python=sys.executable))
+        (bindir / "slurmenv").chmod(0o755)
+        env["PATH"] = f"{bindir}{os.pathsep}{env['PATH']}"
+    return env
+
+
+def eval_line(shell: str, command: str) -> str:
+    """The shell's usage line (USAGE) with ``command`` in place of ``slurmenv export ...``."""
+    return re.sub(r"slurmenv export[^)`]*", command, USAGE[shell][1])
+
+
+def refused_message(case: str) -> bytes:
+    return b"RuntimeError: a forced bug" if case.startswith("a bug") else b"error: "
+
+
+@pytest.mark.parametrize("shell", list(USAGE))
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_every_refusal_stops_a_script(shell: str, case: str, tmp_path: Path) -> None:
+    line = eval_line(shell, REFUSED[case])
+    proc = run([*interpreter(shell), "-c", f"{line}; echo SHOULD-NOT-RUN"],
+               refused_env(case, tmp_path), tmp_path)
+    assert b"SHOULD-NOT-RUN" not in proc.stdout, (line, proc.stderr)
+    assert proc.returncode != 0
+    assert refused_message(case) in proc.stderr
+
+
+@pytest.mark.parametrize("shell", list(USAGE))
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_every_refusal_leaves_an_interactive_shell_running(
+    shell: str, case: str, tmp_path: Path
+) -> None:
+    stdin = f"{eval_line(shell, REFUSED[case])}\necho STILL-HERE\nexit 7\n"
+    proc = run(interpreter(shell, interactive=True), refused_env(case, tmp_path), tmp_path,
+               stdin=stdin)
+    assert b"STILL-HERE" in proc.stdout, proc.stderr.decode(errors="replace")
+    assert proc.returncode == 7
+    assert refused_message(case) in proc.stderr

@@ -1,0 +1,246 @@
+"""The options table (slurmenv/options.py) is the one place an option is defined: every command,
+the Python API, dump, doctor, torchrun and docs/options.md follow it."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import synth
+
+import slurmenv
+from slurmenv import cli, doctor, dump, options, show, torchrun
+from slurmenv.errors import SlurmEnvError
+from slurmenv.options import ADDRESS, FLAG, PORT, RANGE, TABLE, TEMPLATE
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Per kind: a text and the value it means, a text refused, and the Python types.
+SAMPLES: dict[str, tuple[str, object, str]] = {
+    PORT: ("12345", 12345, "80"),
+    RANGE: ("20000-30000", (20000, 30000), "1-2"),
+    TEMPLATE: ("{host}-ib", "{host}-ib", "{host.upper}"),
+    ADDRESS: ("10.1.2.17", "10.1.2.17", "two words"),
+    FLAG: ("yes", True, "maybe"),
+}
+FIELD_TYPE = {PORT: "int | None", RANGE: "tuple[int, int]", TEMPLATE: "str | None",
+              ADDRESS: "str | None", FLAG: "bool"}
+KEYWORD_TYPE = {PORT: "int | None", RANGE: "tuple[int, int] | str | None",
+                TEMPLATE: "str | None", ADDRESS: "str | None", FLAG: "bool | None"}
+
+ROWS = pytest.mark.parametrize("row", TABLE, ids=[row.field for row in TABLE])
+
+
+def test_resolve_keywords_are_the_table() -> None:
+    # resolve() spells its keywords out for its users (and their type checkers); they must
+    # be the table's, in its order, each "not given" by default.
+    params = list(inspect.signature(slurmenv.resolve).parameters.values())
+    names = [p.name for p in params]
+    table = names[names.index("port"):names.index("ephemeral_range")]
+    assert table == [row.field for row in TABLE]
+    for row in TABLE:
+        param = inspect.signature(slurmenv.resolve).parameters[row.field]
+        assert param.kind is inspect.Parameter.KEYWORD_ONLY and param.default is None
+        assert param.annotation == KEYWORD_TYPE[row.kind], row.field
+
+
+def test_options_is_the_table() -> None:
+    assert options.Options._fields == tuple(row.field for row in TABLE)
+    assert tuple(options.Options()) == tuple(row.default for row in TABLE)
+    for row in TABLE:
+        assert options.Options.__annotations__[row.field] == FIELD_TYPE[row.kind], row.field
+        assert row.variable == "SLURMENV_" + row.field.upper()
+        assert row.flag == "--" + row.field.replace("_", "-")
+
+
+def sample(row: options.Option) -> tuple[str, object, list[str]]:
+    """A text for ``row`` that is not its default, its value, and the command line giving it."""
+    if row.kind == FLAG:
+        text, value = ("no", False) if row.default else ("yes", True)
+        return text, value, ["--no-" + row.flag[2:] if row.default else row.flag]
+    text, value, _ = SAMPLES[row.kind]
+    return text, value, [row.flag, text]
+
+
+@ROWS
+def test_each_option_from_its_variable_keyword_and_flag(row: options.Option) -> None:
+    text, value, argv = sample(row)
+    assert value != row.default
+    assert getattr(options.from_environ({row.variable: text}), row.field) == value
+    assert getattr(options.from_environ({}, **{row.field: text}), row.field) == value
+    assert getattr(options.from_environ({}, **{row.field: value}), row.field) == value
+    # the keyword or flag wins over the variable
+    other = {PORT: "23456", RANGE: "11000-31000", TEMPLATE: "{host}.ib", ADDRESS: "n7",
+             FLAG: "1" if row.default else "0"}[row.kind]
+    assert getattr(options.from_environ({row.variable: other}, **{row.field: text}),
+                   row.field) == value
+    for parse in (lambda a: cli.build_parser().parse_args(["export", *a]),
+                  lambda a: cli._fast_args(["export", *a])):
+        given = options.given_in(parse(argv))
+        assert given == {row.field: value if row.kind == FLAG else text}
+        assert getattr(options.from_environ({row.variable: other}, **given), row.field) == value
+
+
+@ROWS
+def test_each_bad_value_names_the_variable_or_the_flag(row: options.Option) -> None:
+    _, _, bad = SAMPLES[row.kind]
+    with pytest.raises(SlurmEnvError) as err:
+        options.from_environ({row.variable: bad})
+    assert (err.value.variable, err.value.value) == (row.variable, bad)
+    if row.kind != FLAG:  # a flag on the command line has no text
+        with pytest.raises(SlurmEnvError) as err:
+            options.from_environ({}, **{row.field: bad})
+        assert (err.value.variable, err.value.value) == (row.flag, bad)
+
+
+@pytest.mark.parametrize("row", [r for r in TABLE if r.negative], ids=lambda r: r.field)
+def test_a_negative_flag_overrides_its_variable(row: options.Option) -> None:
+    args = cli.build_parser().parse_args(["exec", "--no-" + row.flag[2:], "cmd"])
+    assert getattr(options.from_environ({row.variable: "1"}, **options.given_in(args)),
+                   row.field) is False
+    assert getattr(options.from_environ({row.variable: "0"}), row.field) is False
+
+
+def every_flag() -> tuple[list[str], dict[str, object]]:
+    """A command line giving every option, and the options it gives."""
+    argv: list[str] = []
+    want: dict[str, object] = {}
+    for row in TABLE:
+        text = SAMPLES[row.kind][0]
+        argv += [row.flag] if row.kind == FLAG else [f"{row.flag}={text}"]
+        want[row.field] = True if row.kind == FLAG else text
+    return argv, want
+
+
+@pytest.mark.parametrize("module", [show, doctor, dump], ids=["show", "doctor", "dump"])
+def test_show_doctor_dump_take_and_record_every_option(module: ModuleType) -> None:
+    argv, want = every_flag()
+    assert dump.options_from_args(module.build_parser().parse_args(argv)) == want
+
+
+def test_dump_records_the_options_it_was_given_and_replays_them(tmp_path: Path) -> None:
+    env = synth.step_env(["n1", "n2"], [1, 1], 1)
+    args = dump.build_parser().parse_args(["--port-range=20000-30000", "--master-addr=n1"])
+    path = tmp_path / "dump.json"
+    path.write_text(json.dumps(dump.collect(env, options=dump.options_from_args(args))))
+    recorded = dump.load(str(path))
+    assert recorded.options == {"port_range": "20000-30000", "master_addr": "n1"}
+    res = recorded.resolve()
+    assert res.master_port == slurmenv.resolve(env, port_range="20000-30000",
+                                               ephemeral_range=None).master_port
+
+
+def test_doctor_files_every_option_error_under_options() -> None:
+    for row in TABLE:
+        if row.field == "resolve_addr":
+            continue  # doctor resolves without DNS whatever is asked (it looks names up itself)
+        env = {**synth.step_env(["n1", "n2"], [1, 1], 0), row.variable: SAMPLES[row.kind][2]}
+        err = doctor.resolve_for_doctor(env, {})[1]
+        assert err is not None and err.variable == row.variable
+        category = doctor._Context(env, {}, None, err, None, None, "all").err_category()
+        # a port variable is filed with the ports (it is one), every other under options
+        assert category == ("ports" if row.variable in doctor._PORT_VARIABLES else "options")
+
+
+def test_torchrun_takes_the_rows_marked_torchrun() -> None:
+    rows = [row for row in TABLE if row.torchrun]
+    assert {"port", "addr_template", "master_addr"} <= {row.field for row in rows}
+    argv: list[str] = []
+    for row in rows:
+        argv += [row.flag] if row.kind == FLAG else [row.flag, SAMPLES[row.kind][0]]
+    own, rest = torchrun.parse_own([*argv, "--dry-run", "--", "--nnodes=2", "train.py"])
+    assert own == {**{row.field: True if row.kind == FLAG else SAMPLES[row.kind][0]
+                      for row in rows}, "dry_run": True}
+    assert rest == ["--nnodes=2", "train.py"]
+    usage = torchrun.usage()
+    for row in rows:
+        assert row.flag in usage and row.variable in usage
+    for row in TABLE:
+        if not row.torchrun:
+            assert row.flag not in usage
+            assert torchrun.parse_own([row.flag, "train.py"])[0] == {}  # torchrun's, then
+
+
+def test_torchrun_passes_its_options_to_the_resolution() -> None:
+    env = synth.step_env(["n1", "n2"], [1, 1], 1)
+    launch = torchrun.build(["train.py"], env, ephemeral_range=None, port="23456",
+                            addr_template="{host}-ib")
+    assert "--rdzv-endpoint=n1-ib:23456" in launch.argv and "--local-addr=n2-ib" in launch.argv
+
+
+def test_docs_page_is_the_table() -> None:
+    page = (ROOT / "docs" / "options.md").read_text(encoding="utf-8")
+    assert page == options.markdown(), f"regenerate it: {options.REGENERATE}"
+    for row in TABLE:
+        assert f"`{row.variable}`" in page and f"`{row.flag}" in page
+
+
+def test_the_regenerate_command_writes_the_page(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    subprocess.run(options.REGENERATE.replace("python", sys.executable, 1), shell=True,
+                   check=True, cwd=tmp_path, timeout=60)
+    assert (tmp_path / "docs" / "options.md").read_text(encoding="utf-8") == options.markdown()
+
+
+def load_with_extra_row(tmp_path: Path) -> Any:
+    """slurmenv/options.py with one more row, loaded as a module of the package."""
+    source = (ROOT / "slurmenv" / "options.py").read_text(encoding="utf-8")
+    marker = "    # New fields go last"
+    assert marker in source
+    row = ('    extra: str | None = option("SLURMENV_EXTRA", "--extra", ADDRESS, None, '
+           '"an extra choice", metavar="X", torchrun=True)\n')
+    path = tmp_path / "options_with_extra.py"
+    path.write_text(source.replace(marker, row + marker, 1), encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("slurmenv._options_with_extra", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_adding_an_option_is_one_row(tmp_path: Path) -> None:
+    extra = load_with_extra_row(tmp_path)
+    assert "extra" in extra.Options._fields and extra.Options().extra is None
+    assert extra.from_environ({"SLURMENV_EXTRA": "h1"}).extra == "h1"
+    assert extra.from_environ({"SLURMENV_EXTRA": "h1"}, extra="h2").extra == "h2"
+    args = extra.arguments()
+    values, _ = extra.parse_leading(["--extra", "h3"], args)
+    assert extra.given_in(values) == {"extra": "h3"}
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    extra.add_arguments(parser, args)
+    assert extra.given_in(parser.parse_args(["--extra=h4"])) == {"extra": "h4"}
+    assert {"SLURMENV_EXTRA", "--extra"} <= extra.names()
+    assert "| `--extra X` | `SLURMENV_EXTRA` | unset |" in extra.markdown()
+
+
+def test_master_addr_reaches_the_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert options.from_environ({"SLURMENV_MASTER_ADDR": " node017 "}).master_addr == "node017"
+    seen: list[options.Options] = []
+    from slurmenv import launchers
+
+    real = launchers.resolve
+
+    def spy(environ: Mapping[str, str], opts: options.Options, *rest: Any) -> Any:
+        seen.append(opts)
+        return real(environ, opts, *rest)
+
+    monkeypatch.setattr(launchers, "resolve", spy)
+    env = synth.step_env(["n1", "n2"], [1, 1], 1)
+    slurmenv.resolve(env, master_addr="10.0.0.1", ephemeral_range=None)
+    assert seen[-1].master_addr == "10.0.0.1"
+    monkeypatch.setattr(os, "environ", {**env, "SLURMENV_MASTER_ADDR": "10.0.0.2"})
+    cli.main(["export", "--for", "torch"])
+    assert seen[-1].master_addr == "10.0.0.2"
+    cli.main(["export", "--for", "torch", "--master-addr", "10.0.0.3"])
+    assert seen[-1].master_addr == "10.0.0.3"
