@@ -102,7 +102,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     except SlurmEnvError as exc:
         print_error(exc)
         # Make `eval $(slurmenv export); python train.py` stop before python in a script.
-        fail_closed(fmt)
+        fail_closed(args.format or args.shell)
         return 1
     sys.stdout.write(text)
     return 0

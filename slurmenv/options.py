@@ -101,7 +101,7 @@ class Options(NamedTuple):
 
     port: int | None = option(
         "SLURMENV_PORT", "--port", PORT, None, "force MASTER_PORT (an inherited MASTER_PORT "
-        "also counts)", metavar="PORT", torchrun=True,
+        "is also taken as given)", metavar="PORT", torchrun=True,
     )
     port_range: tuple[int, int] = option(
         "SLURMENV_PORT_RANGE", "--port-range", RANGE, DEFAULT_RANGE,
@@ -109,15 +109,18 @@ class Options(NamedTuple):
     )
     addr_template: str | None = option(
         "SLURMENV_ADDR_TEMPLATE", "--addr-template", TEMPLATE, None,
-        "host name template for addresses, e.g. '{host}-ib'", metavar="TEMPLATE", torchrun=True,
+        "address names on a fast network, e.g. '{host}-ib'; for MASTER_ADDR and the TF_CONFIG "
+        "workers", metavar="TEMPLATE", torchrun=True,
     )
     resolve_addr: bool = option(
         "SLURMENV_RESOLVE_ADDR", "--resolve-addr", FLAG, False,
-        "turn MASTER_ADDR into an IP address (one DNS lookup; the only option that touches DNS)",
+        "turn MASTER_ADDR into an IPv4 address (one DNS lookup per task: the only option that "
+        "touches DNS)",
         torchrun=True,
     )
     tf_chief: bool = option(
-        "SLURMENV_TF_CHIEF", "--tf-chief", FLAG, False, "make rank 0 TensorFlow's chief",
+        "SLURMENV_TF_CHIEF", "--tf-chief", FLAG, False,
+        "make rank 0 TensorFlow's chief, the others worker 0...n-2",
     )
     bind_gpus: bool = option(
         "SLURMENV_BIND_GPUS", "--bind-gpus", FLAG, False,

@@ -227,11 +227,11 @@ def build(
     environ: Mapping[str, str],
     *,
     ephemeral_range: tuple[int, int] | None | object = _AUTO,
-    **given: Any,
+    **chosen: Any,
 ) -> Launch:
     """Resolve this node and build the torchrun command line for the user's ``args``.
 
-    ``given`` are resolution options (keywords of :func:`slurmenv.resolve`).
+    ``chosen`` are resolution options (keywords of :func:`slurmenv.resolve`).
 
     Nothing is executed. Raises SlurmEnvError with the reason when the step cannot run
     torchrun (more than one task per node, outside a step, inside another launcher, ...).
@@ -246,8 +246,8 @@ def build(
             variable="TORCHELASTIC_RUN_ID", value=environ["TORCHELASTIC_RUN_ID"],
             fix="run slurmenv torchrun from the batch script's srun, not from a training process",
         )
-    res = resolve(base, ephemeral_range=ephemeral_range, **given)
-    opts = options.from_environ(base, **given)
+    res = resolve(base, ephemeral_range=ephemeral_range, **chosen)
+    opts = options.from_environ(base, **chosen)
     given, _ = scan(args)
     # torchrun's PET_<OPTION> variables are the same choice as the option: they win too.
     for option in PET_OPTIONS:

@@ -302,6 +302,7 @@ REFUSED = {
     "torchrun: no script": "slurmenv torchrun",
     "a bug in export": "slurmenv export",  # with the broken slurmenv (see broken_slurmenv)
     "a bug in show": "slurmenv show",
+    "export refused in a batch script": "slurmenv export",  # see refused_env
 }
 BROKEN = """#!{python}
 import sys
@@ -316,7 +317,7 @@ sys.exit(main())
 
 def refused_env(case: str, home: Path) -> dict[str, str]:
     """The environment for ``case``: a slurmenv with a bug first on PATH for the bug cases."""
-    env = base_env(home)
+    env = batch_env(home) if "batch" in case else base_env(home)
     if case.startswith("a bug"):
         bindir = home / "broken-bin"
         bindir.mkdir(exist_ok=True)
@@ -332,6 +333,8 @@ def eval_line(shell: str, command: str) -> str:
 
 
 def refused_message(case: str) -> bytes:
+    if "batch" in case:
+        return b"slurmenv: error: inside Slurm job"
     return b"RuntimeError: a forced bug" if case.startswith("a bug") else b"error: "
 
 
