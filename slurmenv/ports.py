@@ -39,6 +39,8 @@ class Ports(NamedTuple):
     master: int
     tf: list[int]
     source: str
+    #: The variable (or option) the ports come from, named when they do not suffice.
+    variable: str = "SLURMENV_PORT_RANGE"
 
 
 def parse_range(text: str, variable: str) -> tuple[int, int]:
