@@ -222,7 +222,7 @@ def port_plan(
             f"MASTER_PORT cannot be derived: {task.port_seed_source}",
             variable="MASTER_PORT", value=None, fix=PORT_FIX,
         )
-    ports.check_outside(plan.master, ephemeral, "MASTER_PORT")
+    ports.check_outside(plan.master, ephemeral, "MASTER_PORT", plan, environ)
     return plan
 
 

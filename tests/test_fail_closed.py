@@ -342,6 +342,18 @@ def test_a_wrong_node_id_is_blamed_on_slurm_nodeid() -> None:
     assert info.value.variable == "SLURMD_NODENAME"
 
 
+def test_a_port_in_the_ephemeral_range_names_where_it_came_from() -> None:
+    eph = (32768, 60999)
+    env = synth.step_env(HOSTS, [2, 2, 2, 2], 5, MASTER_PORT="40000")
+    with pytest.raises(SlurmEnvError) as info:
+        resolve(env, ephemeral_range=eph)
+    assert (info.value.variable, info.value.value) == ("MASTER_PORT", "40000")
+    env = synth.step_env(HOSTS, [2, 2, 2, 2], 5, SLURM_STEP_RESV_PORTS="40000-40002")
+    with pytest.raises(SlurmEnvError) as info:
+        resolve(env, ephemeral_range=eph)
+    assert info.value.variable == "SLURM_STEP_RESV_PORTS" and "MpiParams" in str(info.value.fix)
+
+
 def test_resolve_addr_is_shown_as_given() -> None:
     # 'r1n09..x' is not a valid name: the lookup fails locally (no query leaves the machine)
     env = synth.step_env(HOSTS, [2, 2, 2, 2], 5, SLURMENV_RESOLVE_ADDR="yes",

@@ -244,7 +244,7 @@ class HetStep(SlurmStep):
         placed = self.known()
         per_node = self._tf_ports()
         for port in per_node[self.nodeid][: self.counts[self.nodeid]]:
-            ports.check_outside(port, self.ephemeral, "TF_CONFIG port")
+            ports.check_outside(port, self.ephemeral, "TF_CONFIG port", self.port_plan, self.environ)
         hosts = [self.address(host) for host in self.order]
         return [f"{hosts[n]}:{per_node[n][k]}" for n, k in zip(placed.node_of, placed.local_of)]
 

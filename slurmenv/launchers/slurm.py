@@ -265,7 +265,7 @@ class SlurmStep(Topology):
         """``host:port`` per rank; the port of a rank is the TF port of its local rank."""
         tf_ports = self.step_tf_ports()
         for port in tf_ports[: self.counts[self.nodeid]]:
-            ports.check_outside(port, self.ephemeral, "TF_CONFIG port")
+            ports.check_outside(port, self.ephemeral, "TF_CONFIG port", self.port_plan, self.environ)
         hosts = [self.address(host) for host in self.hosts()]
         placed = self.known()
         suffixes = [f":{port}" for port in tf_ports]
