@@ -127,8 +127,11 @@ def check_inherited(task: Task, environ: Mapping[str, str]) -> list[str]:
     return notes
 
 
-def address_of(options: Options) -> AddressOf:
-    """A host name -> address function: the address template, if any."""
+def address_of(options: Options) -> AddressOf | None:
+    """A host name -> address function: the address template; None without one (host names
+    are addresses as they are: no call per host for a TF_CONFIG of 100,000 ranks)."""
+    if not options.addr_template:
+        return None
 
     def address(host: str) -> str:
         return _apply_template(host, options)

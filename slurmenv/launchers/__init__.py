@@ -32,13 +32,15 @@ REGISTRY = (
     # script's SLURM_* (never their own), so they come after "slurm" and before the job-level
     # fallback below, which would refuse them.
     # Inside a Slurm job but in no step of srun tasks (batch script, salloc shell, extern
-    # step; salloc's interactive step is one process): after every launcher that can run
-    # inside a job, before the hand-set variables, which a batch script often exports.
+    # step): refused, except a job of exactly one task and salloc's interactive step (one
+    # process each). After every launcher that can run inside a job, before the hand-set
+    # variables, which a batch script often exports.
     "outside_step",
-    # RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set by hand outside Slurm: after every
+    # Any rank-like variable set by hand outside Slurm: complete or refused. After every
     # launcher, whose own variables describe the task better than inherited ones.
     "preset",
-    # Nothing else matched: a single process on this machine.
+    # No launcher variable at all: a single process on this machine, unless /proc shows a
+    # Slurm task step whose variables were scrubbed (FALLBACK, evidence.py).
     "local",
 )
 

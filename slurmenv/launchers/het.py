@@ -245,7 +245,7 @@ class HetStep(SlurmStep):
         per_node = self._tf_ports()
         for port in per_node[self.nodeid][: self.counts[self.nodeid]]:
             ports.check_outside(port, self.ephemeral, "TF_CONFIG port", self.port_plan, self.environ)
-        hosts = [self.address(host) for host in self.order]
+        hosts = self.addresses(self.order)
         return [f"{hosts[n]}:{per_node[n][k]}" for n, k in zip(placed.node_of, placed.local_of)]
 
     def _own_reservations(self) -> list[list[int]] | None:

@@ -266,7 +266,7 @@ class SlurmStep(Topology):
         tf_ports = self.step_tf_ports()
         for port in tf_ports[: self.counts[self.nodeid]]:
             ports.check_outside(port, self.ephemeral, "TF_CONFIG port", self.port_plan, self.environ)
-        hosts = [self.address(host) for host in self.hosts()]
+        hosts = self.addresses(self.hosts())
         placed = self.known()
         suffixes = [f":{port}" for port in tf_ports]
         return [hosts[n] + suffixes[k] for n, k in zip(placed.node_of, placed.local_of)]
