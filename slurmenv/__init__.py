@@ -18,7 +18,7 @@ from .options import Options
 from .resolution import OUTPUTS, Resolution
 
 __all__ = ["OUTPUTS", "Options", "Resolution", "SlurmEnvError", "__version__", "resolve"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _AUTO = object()
 
@@ -36,6 +36,7 @@ def resolve(
     master_addr: str | None = None,
     ephemeral_range: tuple[int, int] | None | object = _AUTO,
     cpus: int | None = None,
+    step_evidence: str | None | object = _AUTO,
 ) -> Resolution:
     """Resolve this task's distributed environment from ``environ`` (default ``os.environ``).
 
@@ -45,6 +46,10 @@ def resolve(
     node's ephemeral port range, read from ``/proc`` unless given (``None`` skips the check).
     ``cpus`` is how many CPUs the task may run on, for the thread counts when
     ``SLURM_CPUS_PER_TASK`` is unset: read from the task's CPU affinity unless given.
+    ``step_evidence`` is local evidence of a Slurm task step (a ``slurmstepd`` ancestor, a
+    ``job_N/step_M`` cgroup) for an environment without any launcher variable: read from
+    ``/proc`` unless given (``None``: no evidence); with evidence, the single-process default
+    is refused (the environment was scrubbed).
 
     Raises :class:`SlurmEnvError` naming the variable at fault when the environment is wrong
     (for example in a batch script outside ``srun``, where every task would get rank 0).
@@ -55,4 +60,5 @@ def resolve(
     env = os.environ if environ is None else environ
     opts = options.from_environ(env, **given)
     ephemeral = ports.ephemeral_range() if ephemeral_range is _AUTO else ephemeral_range
-    return launchers.resolve(env, opts, ephemeral, cpus)  # type: ignore[arg-type]
+    evidence = launchers.FIND if step_evidence is _AUTO else step_evidence
+    return launchers.resolve(env, opts, ephemeral, cpus, evidence)  # type: ignore[arg-type]

@@ -31,8 +31,13 @@ if TYPE_CHECKING:
 
     from .launchers.base import AddressOf
 
-#: Variables another layer (often the batch script) may have set that must agree with the task.
-INHERITED = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+#: Rank-like variables another layer (often the batch script) may have set: each must agree
+#: with the task's own value, for every launcher, or the resolution is refused.
+RANK_LIKE = (
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "NNODES",
+)
+#: Variables that describe the step, not a user's choice: an inherited value is replaced.
+REPLACED = ("MASTER_ADDR", "TF_CONFIG")
 FREE_PORT_SOURCE = "a port free on 127.0.0.1 now (single process)"
 EXPLICIT_PORT_SOURCE = "given port (--port or SLURMENV_PORT)"
 EXPLICIT_ADDR_SOURCE = "given address (--master-addr or SLURMENV_MASTER_ADDR)"
@@ -50,7 +55,14 @@ def resolution(
     """The Resolution of ``task``: address, ports, inherited checks and bindings added."""
     notes = list(task.notes)
     notes.extend(check_inherited(task, environ))
-    master_addr, addr_source = address(task, options)
+    master_addr, addr_source = address(task, options, environ)
+    inherited_addr = environ.get("MASTER_ADDR")
+    if inherited_addr and inherited_addr != master_addr:
+        addr_source += f"; replaces the inherited MASTER_ADDR={inherited_addr}"
+        notes.append(
+            f"MASTER_ADDR={inherited_addr} was already set (inherited); replaced by this task's "
+            f"{master_addr}: MASTER_ADDR describes the step"
+        )
     plan = port_plan(task, environ, options, ephemeral)
     topology = task.topology
     topology.use(plan, address_of(options), ephemeral)
@@ -64,6 +76,13 @@ def resolution(
         tf_source = topology.tf_source()
         if tf_source:
             sources["TF_CONFIG"] = tf_source
+        if environ.get("TF_CONFIG"):
+            if tf_source:
+                sources["TF_CONFIG"] = f"{tf_source}; replaces the inherited TF_CONFIG"
+            notes.append(
+                "TF_CONFIG was already set (inherited); slurmenv's replaces it where exported: "
+                "TF_CONFIG describes the step"
+            )
     bindings, gpus, gpu_source, binding_sources, binding_notes = _bindings(
         task, environ, options, cpus
     )
@@ -82,29 +101,37 @@ def resolution(
 
 
 def check_inherited(task: Task, environ: Mapping[str, str]) -> list[str]:
-    """Values another layer set (often the batch script) must agree with this task's own."""
+    """Rank-like values another layer set (often the batch script) must agree with this
+    task's own; values the launcher itself set (``task.fixed``) are the task's own."""
     notes = []
-    for name, mine in (
-        ("RANK", task.rank), ("LOCAL_RANK", task.local_rank), ("WORLD_SIZE", task.world_size),
-    ):
+    mine = {
+        "RANK": task.rank, "LOCAL_RANK": task.local_rank, "WORLD_SIZE": task.world_size,
+        "LOCAL_WORLD_SIZE": task.local_world_size, "NODE_RANK": task.node_rank,
+        "GROUP_RANK": task.node_rank, "NNODES": task.nnodes,
+    }
+    for name in RANK_LIKE:
         inherited = environ.get(name)
         if inherited is None or inherited == "" or name in task.fixed:
             continue
-        if inherited.strip() != str(mine):
+        if inherited.strip() != str(mine[name]):
             raise SlurmEnvError(
-                f"{name}={inherited} is already set but this task's value is {mine}: it was "
-                "probably exported in the batch script, where every task gets rank 0",
+                f"{name}={inherited} is already set but this task's value is {mine[name]} "
+                f"({task.sources.get(name, task.launcher)}): it was probably exported in the "
+                "batch script or by an outer launcher",
                 variable=name,
                 value=inherited,
-                fix=f"unset {name} before srun (or use srun --export=NONE) and let slurmenv set it "
-                "in the step",
+                fix=f"unset {name} before starting the tasks (in a batch script: unset it before "
+                "srun, or use srun --export=NONE) and let slurmenv set it in each task",
             )
         notes.append(f"{name}={inherited} was already set and agrees")
     return notes
 
 
-def address_of(options: Options) -> AddressOf:
-    """A host name -> address function: the address template, if any."""
+def address_of(options: Options) -> AddressOf | None:
+    """A host name -> address function: the address template; None without one (host names
+    are addresses as they are: no call per host for a TF_CONFIG of 100,000 ranks)."""
+    if not options.addr_template:
+        return None
 
     def address(host: str) -> str:
         return _apply_template(host, options)
@@ -116,7 +143,9 @@ def _apply_template(host: str, options: Options) -> str:
     return options.addr_template.format(host=host) if options.addr_template else host
 
 
-def address(task: Task, options: Options) -> tuple[str, str]:
+def address(
+    task: Task, options: Options, environ: Mapping[str, str] | None = None
+) -> tuple[str, str]:
     """``MASTER_ADDR`` and the sentence saying where it comes from."""
     if "MASTER_ADDR" in task.fixed:
         return task.fixed["MASTER_ADDR"], task.sources.get("MASTER_ADDR", task.master_source)
@@ -137,10 +166,12 @@ def address(task: Task, options: Options) -> tuple[str, str]:
 
         try:
             master_addr = socket.gethostbyname(master_addr)
-        except OSError as exc:
+        except (OSError, UnicodeError) as exc:  # UnicodeError: not a valid name (idna)
             raise SlurmEnvError(
                 f"cannot resolve the master node's name {master_addr!r} ({exc})",
-                variable="SLURMENV_RESOLVE_ADDR", value="1",
+                variable="SLURMENV_RESOLVE_ADDR" if (environ or {}).get("SLURMENV_RESOLVE_ADDR")
+                else "--resolve-addr",
+                value=(environ or {}).get("SLURMENV_RESOLVE_ADDR") or "given",
                 fix="drop the resolve option to pass the name, or fix the name/template",
             ) from None
         source += ", resolved by DNS"
@@ -157,29 +188,34 @@ def port_plan(
     if "MASTER_PORT" in task.fixed:
         text = task.fixed["MASTER_PORT"]
         master = parse_int("MASTER_PORT", text, minimum=1)
-        return ports.Ports(master, [], task.sources.get("MASTER_PORT", f"MASTER_PORT={text}"))
+        return ports.Ports(
+            master, [], task.sources.get("MASTER_PORT", f"MASTER_PORT={text}"), "MASTER_PORT"
+        )
     per_node = task.topology.largest_local() or task.local_world_size
-    explicit: tuple[int, str] | None = None
+    explicit: tuple[int, str, str] | None = None
     if options.port is not None:
-        explicit = (options.port, EXPLICIT_PORT_SOURCE)
+        given = "SLURMENV_PORT" if environ.get("SLURMENV_PORT") else "--port"
+        explicit = (options.port, EXPLICIT_PORT_SOURCE, given)
     elif environ.get("MASTER_PORT"):
         port = ports.parse_port(environ["MASTER_PORT"], "MASTER_PORT")
-        explicit = (port, f"MASTER_PORT={port} already set (it wins)")
+        explicit = (port, f"MASTER_PORT={port} already set (it wins)", "MASTER_PORT")
     if task.free_port:
         # A single process on this machine: no other task to agree with.
         if explicit is not None:
-            master, why = explicit
+            master, why, variable = explicit
         else:
-            master, why = free_port(options.port_range), FREE_PORT_SOURCE
-        return ports.Ports(master, [free_port(options.port_range, avoid=master)], why)
+            master, why, variable = free_port(options.port_range), FREE_PORT_SOURCE, "--port"
+        return ports.Ports(master, [free_port(options.port_range, avoid=master)], why, variable)
     if explicit is not None:
-        port, why = explicit
+        port, why, variable = explicit
         tf = [port + 1 + k for k in range(per_node) if port + 1 + k <= 65535]
-        plan = ports.Ports(port, tf, f"{why}; TensorFlow ports follow it")
+        plan = ports.Ports(port, tf, f"{why}; TensorFlow ports follow it", variable)
     elif task.reserved_ports is not None:
         variable, reserved = task.reserved_ports
         listed = ports.parse_port_list(reserved, variable)
-        plan = ports.Ports(listed[0], listed[1:], f"{variable}={reserved} (reserved by Slurm)")
+        plan = ports.Ports(
+            listed[0], listed[1:], f"{variable}={reserved} (reserved by Slurm)", variable
+        )
     elif task.port_seed is not None:
         ports.check_range_outside(options.port_range, ephemeral, "SLURMENV_PORT_RANGE")
         job, launch = task.port_seed
@@ -189,7 +225,7 @@ def port_plan(
             f"MASTER_PORT cannot be derived: {task.port_seed_source}",
             variable="MASTER_PORT", value=None, fix=PORT_FIX,
         )
-    ports.check_outside(plan.master, ephemeral, "MASTER_PORT")
+    ports.check_outside(plan.master, ephemeral, "MASTER_PORT", plan, environ)
     return plan
 
 

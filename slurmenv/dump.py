@@ -5,6 +5,8 @@ A dump is a JSON file holding
 * ``environ``: the variables slurmenv reads (:data:`VARIABLES`, plus every ``SLURMENV_*``) and
   nothing else: no secrets. Proxy values keep their host but lose any ``user:password@``;
 * ``ephemeral_range``: this node's ``/proc/sys/net/ipv4/ip_local_port_range``;
+* ``step_evidence``: local evidence of a Slurm task step (a ``slurmstepd`` ancestor), which
+  refuses the single-process default in a scrubbed environment;
 * ``files``: the content of ``SLURM_HOSTFILE`` (``-m arbitrary``), which the layout needs;
 * ``options``: resolution options given on the command line of ``dump``;
 * ``resolution``: what slurmenv resolved there (or the error it gave), so a replay can prove it
@@ -180,8 +182,14 @@ def collect(
         "environ": select(env),
         "files": _read_hostfile(env),
     }
+    from .launchers import evidence
+
+    found = evidence.find()
+    data["step_evidence"] = found
     try:
-        res: Resolution | None = resolve(env, ephemeral_range=ephemeral, **opts)
+        res: Resolution | None = resolve(
+            env, ephemeral_range=ephemeral, step_evidence=found, **opts
+        )
         assert res is not None
         data["resolution"] = record(res)
     except SlurmEnvError as exc:
@@ -208,6 +216,7 @@ class Dump(NamedTuple):
     hostname: str
     version: str
     created: str
+    step_evidence: str | None = None
 
     @contextmanager
     def environment(self) -> Iterator[dict[str, str]]:
@@ -242,7 +251,9 @@ class Dump(NamedTuple):
         opts.update({k: v for k, v in overrides.items() if v is not None})
         opts["resolve_addr"] = False
         with self.environment() as env:
-            res = resolve(env, ephemeral_range=self.ephemeral_range, **opts)
+            res = resolve(
+            env, ephemeral_range=self.ephemeral_range, step_evidence=self.step_evidence, **opts
+        )
             try:  # read SLURM_HOSTFILE while the copy exists
                 res.node_of  # noqa: B018 - computes and caches the layout
             except SlurmEnvError:
@@ -305,6 +316,7 @@ def load(path: str) -> Dump:
         hostname=str(data.get("hostname", "")),
         version=str(data.get("slurmenv_version", "?")),
         created=str(data.get("created", "?")),
+        step_evidence=str(data["step_evidence"]) if data.get("step_evidence") else None,
     )
 
 

@@ -18,6 +18,8 @@ TensorFlow ports. An explicit port (``--port``, ``SLURMENV_PORT`` or ``MASTER_PO
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ._compat import NamedTuple
 from .errors import SlurmEnvError
 
@@ -39,6 +41,8 @@ class Ports(NamedTuple):
     master: int
     tf: list[int]
     source: str
+    #: The variable (or option) the ports come from, named when they do not suffice.
+    variable: str = "SLURMENV_PORT_RANGE"
 
 
 def parse_range(text: str, variable: str) -> tuple[int, int]:
@@ -131,13 +135,31 @@ def check_range_outside(
         )
 
 
-def check_outside(port: int, ephemeral: tuple[int, int] | None, what: str) -> None:
-    """Refuse a port inside the ephemeral range: an outgoing connection may take it any time."""
-    if ephemeral and ephemeral[0] <= port <= ephemeral[1]:
-        raise SlurmEnvError(
-            f"{what} {port} is inside this node's ephemeral port range {ephemeral[0]}-{ephemeral[1]}"
-            " (any outgoing connection may take it)",
-            variable="net.ipv4.ip_local_port_range",
-            value=f"{ephemeral[0]} {ephemeral[1]}",
-            fix="choose ports below the ephemeral range with SLURMENV_PORT_RANGE or --port-range",
-        )
+def check_outside(
+    port: int,
+    ephemeral: tuple[int, int] | None,
+    what: str,
+    plan: Ports | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> None:
+    """Refuse a port inside the ephemeral range: an outgoing connection may take it any time.
+
+    With ``plan``, the error names where the port came from (an explicit port, Slurm's
+    reservation) and the fix for that; else the kernel's range and the formula's range."""
+    if not (ephemeral and ephemeral[0] <= port <= ephemeral[1]):
+        return
+    message = (f"{what} {port} is inside this node's ephemeral port range {ephemeral[0]}-"
+               f"{ephemeral[1]} (any outgoing connection may take it)")
+    variable = plan.variable if plan is not None else "SLURMENV_PORT_RANGE"
+    value = (environ or {}).get(variable)
+    if variable in ("MASTER_PORT", "SLURMENV_PORT", "--port"):
+        fix = (f"choose a port below {ephemeral[0]} ({variable}), or unset it to let slurmenv "
+               "choose one")
+        value = value or str(port)
+    elif variable == "SLURM_STEP_RESV_PORTS":
+        fix = (f"Slurm reserved ports inside the ephemeral range: set MpiParams=ports= below "
+               f"{ephemeral[0]} in slurm.conf, or give a port with --port")
+    else:
+        variable, value = "net.ipv4.ip_local_port_range", f"{ephemeral[0]} {ephemeral[1]}"
+        fix = "choose ports below the ephemeral range with SLURMENV_PORT_RANGE or --port-range"
+    raise SlurmEnvError(message, variable=variable, value=value, fix=fix)

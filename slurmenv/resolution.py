@@ -33,6 +33,9 @@ TORCHRUN_NAMES = (
 GPU_NAMES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ZE_AFFINITY_MASK")
 THREAD_NAMES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 BINDING_NAMES = GPU_NAMES + THREAD_NAMES
+#: What ``apply()`` replaces even without ``overwrite``: values that describe the step (an
+#: inherited one is stale) and GPU lists that binding narrowed.
+ALWAYS_REPLACED = ("MASTER_ADDR", "TF_CONFIG", *GPU_NAMES)
 OUTPUTS = {
     "torch": TORCH_NAMES + BINDING_NAMES, "tf": TF_NAMES + BINDING_NAMES,
     "all": TORCH_NAMES + TF_NAMES + BINDING_NAMES,
@@ -284,15 +287,17 @@ class Resolution:
     ) -> dict[str, str]:
         """Set the variables in ``environ`` (default ``os.environ``); return what was set.
 
-        A variable the user already set to a different value is kept unless ``overwrite``,
-        except the GPU lists of GPU binding, which narrow the list already there and so always
-        replace it; nothing at all is set if any value cannot be computed.
+        ``MASTER_ADDR`` and ``TF_CONFIG`` describe the step and always replace a value already
+        there (``sources``/``notes`` say so), as do the GPU lists of GPU binding, which narrow
+        the list already there. A value the user chose (``MASTER_PORT``, thread counts) is
+        kept unless ``overwrite``. (Rank-like values already set that disagree were refused by
+        the resolution.) Nothing at all is set if any value cannot be computed.
         """
         target = os.environ if environ is None else environ
         values = self.env(for_)
         applied = {}
         for name, value in values.items():
-            if overwrite or name in GPU_NAMES or target.get(name) in (None, value):
+            if overwrite or name in ALWAYS_REPLACED or target.get(name) in (None, value):
                 target[name] = value
                 applied[name] = value
         return applied

@@ -285,15 +285,40 @@ def one_line_error(exc: SlurmEnvError, environ: Mapping[str, str]) -> str:
 
 
 # -- command --------------------------------------------------------------------------------
-def _own_task(res: Resolution, values: Mapping[str, str]) -> str:
+def known_env(res: Resolution, for_: str) -> tuple[dict[str, str], dict[str, SlurmEnvError]]:
+    """The values of ``for_`` that can be computed, and the error of each one that cannot
+    (``TF_CONFIG`` where the launcher does not tell where every rank runs)."""
+    try:
+        return res.env(for_), {}
+    except SlurmEnvError as exc:
+        if exc.variable != "TF_CONFIG" or for_ not in ("all", "tf"):
+            raise
+    values = res.env("torch") if for_ == "all" else {
+        name: value for name, value in res.env("torch").items() if name in res.bindings
+    }
+    try:
+        res.tf_config  # noqa: B018 - the error to show
+    except SlurmEnvError as exc:
+        return values, {"TF_CONFIG": exc}
+    return values, {}
+
+
+def _own_task(
+    res: Resolution, values: Mapping[str, str], unknown: Mapping[str, SlurmEnvError] | None = None
+) -> str:
     where = f"job {res.job_id} step {res.step_id}" if res.job_id else "no Slurm job"
-    out = [f"launcher: {res.launcher} ({where}), task on {res.hostname}"]
-    width = max(len(name) for name in values)
+    out = [f"launcher: {res.launcher} ({where}), task on {res.hostname or '(host unknown)'}"]
+    unknown = unknown or {}
+    width = max(len(name) for name in [*values, *unknown])
     for name, value in values.items():
         out.append(f"{name:<{width}}  {value}")
         source = res.sources.get(name)
         if source:
             out.append(f"{'':<{width}}    from {source}")
+    for name, exc in unknown.items():
+        out.append(f"{name:<{width}}  (not known here: {exc.message})")
+        if exc.fix:
+            out.append(f"{'':<{width}}    fix: {exc.fix}")
     if res.gpu_source:  # the GPUs this task sees, bound or not (slurmenv.gpus)
         gpus = "no list" if res.gpus is None else ",".join(res.gpus) or "none"
         out.append(f"GPUs: {gpus}\n    from {res.gpu_source}")
@@ -349,12 +374,16 @@ def main(argv: Sequence[str]) -> int:
             text = json.dumps(table, indent=1) + "\n" if args.json else format_table(table)
         elif args.json:
             data = res.to_dict()
-            data["env"] = res.env(args.for_)
+            data["env"], unknown = known_env(res, args.for_)
+            if unknown:
+                data["unknown"] = {
+                    name: {"error": exc.message, "fix": exc.fix} for name, exc in unknown.items()
+                }
             if replay_json is not None:
                 data["replay"] = replay_json
             text = json.dumps(data, indent=1) + "\n"
         else:
-            text = _own_task(res, res.env(args.for_))
+            text = _own_task(res, *known_env(res, args.for_))
     except SlurmEnvError as exc:
         if replay and not args.json:
             sys.stderr.write("\n".join(replay) + "\n")

@@ -256,10 +256,14 @@ def build(
             given[option] = value
     if "standalone" in given and given["standalone"] != "0":
         if res.nnodes > 1:
+            from_pet = base.get(pet_name("standalone")) and "standalone" not in scan(args)[0]
             raise SlurmEnvError(
-                f"--standalone runs a single-node job, but this step spans {res.nnodes} nodes",
-                variable="--standalone", value="",
-                fix="drop --standalone: slurmenv fills a c10d rendezvous on the node of rank 0",
+                f"torchrun's --standalone{' (PET_STANDALONE)' if from_pet else ''} runs a "
+                f"single-node job, but this step spans {res.nnodes} nodes",
+                variable="PET_STANDALONE" if from_pet else "SLURM_STEP_NUM_NODES",
+                value=base.get("PET_STANDALONE") if from_pet else str(res.nnodes),
+                fix="drop --standalone (and PET_STANDALONE): slurmenv fills a c10d rendezvous "
+                "on the node of rank 0; or run a one-node step (srun -N1)",
             )
         check_one_per_node(res)
         wanted = {"nproc-per-node": str(nproc_per_node(res)[0])}

@@ -53,6 +53,7 @@ def test_resolution_is_immutable() -> None:
 def test_preset_tf_config_is_a_copy_too() -> None:
     tf = {"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}}
     env = synth.clean_env({}, RANK="1", WORLD_SIZE="2", MASTER_ADDR="a", MASTER_PORT="23456",
+                          LOCAL_RANK="1", LOCAL_WORLD_SIZE="2",
                           TF_CONFIG=json.dumps(tf))
     res = resolve(env)
     res.tf_config["cluster"]["worker"].clear()
@@ -61,6 +62,7 @@ def test_preset_tf_config_is_a_copy_too() -> None:
 
 def test_preset_tf_config_that_is_not_json_is_an_error() -> None:
     env = synth.clean_env({}, RANK="1", WORLD_SIZE="2", MASTER_ADDR="a", MASTER_PORT="23456",
+                          LOCAL_RANK="1", LOCAL_WORLD_SIZE="2",
                           TF_CONFIG="{not json")
     with pytest.raises(SlurmEnvError) as info:
         resolve(env)

@@ -96,7 +96,8 @@ def test_interactive_step_and_no_slurm_are_warnings() -> None:
 
 def test_torchrun_values_are_reported() -> None:
     env = step(1, TORCHELASTIC_RUN_ID="x", RANK="1", WORLD_SIZE="8", MASTER_ADDR="r1n09",
-               MASTER_PORT="29500", LOCAL_WORLD_SIZE="2")
+               MASTER_PORT="29500", LOCAL_WORLD_SIZE="2", LOCAL_RANK="1", GROUP_RANK="0",
+               GROUP_WORLD_SIZE="4")
     checks = run(env)
     assert checks["step"].verdict == "ok" and "torchrun" in checks["step"].message
     assert checks["tf-config"].verdict == "skipped"

@@ -105,7 +105,8 @@ ODD = "it's \"q\" $HOME `id` \\back\\  two  spaces\ttab\nnew line ! * ? [a] ~ ; 
 def test_odd_characters_through_hand_set_values(shell: str, quoted: bool) -> None:
     # outside Slurm, hand-set values are reported as they are: inject odd characters there
     tf = {"cluster": {"worker": [ODD + ":1", "b:2"]}, "task": {"type": "worker", "index": 0}}
-    env = base_env({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": ODD, "MASTER_PORT": "23456",
+    env = base_env({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
+                    "MASTER_ADDR": ODD, "MASTER_PORT": "23456",
                     "TF_CONFIG": json.dumps(tf)})
     want = expected_values(env)
     assert want["MASTER_ADDR"] == ODD and json.loads(want["TF_CONFIG"]) == tf

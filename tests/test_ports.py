@@ -103,7 +103,9 @@ def test_master_port_inside_ephemeral_range_refused() -> None:
     # an explicit port inside it is refused
     with pytest.raises(SlurmEnvError) as info:
         resolve(env, port=40000)
-    assert "ephemeral" in str(info.value) and info.value.variable == "net.ipv4.ip_local_port_range"
+    # the given port is at fault (issue 10: errors name the variable really at fault)
+    assert "ephemeral" in str(info.value) and info.value.variable == "--port"
+    assert "below 32768" in str(info.value.fix)
     # ephemeral_range=None skips the check
     assert resolve(env, port=40000, ephemeral_range=None).master_port == 40000
 

@@ -190,7 +190,7 @@ def test_torchrun_inside_srun_wins_and_is_reported() -> None:
 
 def test_hand_set_values_outside_slurm_are_reported() -> None:
     env = synth.clean_env({}, RANK="1", WORLD_SIZE="2", MASTER_ADDR="10.0.0.1",
-                          MASTER_PORT="23456")
+                          MASTER_PORT="23456", LOCAL_RANK="1", LOCAL_WORLD_SIZE="2")
     res = resolve(env)
     assert res.launcher == "preset"
     assert (res.rank, res.world_size, res.master_addr, res.master_port) == (1, 2, "10.0.0.1",

@@ -316,7 +316,7 @@ def test_master_and_port_at_scale(distribution: str | None, plane: int | None) -
         ({"SLURMD_NODENAME": "n000001"}, "SLURMD_NODENAME"),  # wrong own node name
         ({"SLURM_STEP_NUM_NODES": str(BIG - 1)}, "SLURM_STEP_TASKS_PER_NODE"),
         ({"SLURM_STEP_NODELIST": "n[000000-099998]"}, "SLURM_STEP_NODELIST"),  # one short
-        ({"SLURM_NODEID": "50001"}, "SLURMD_NODENAME"),  # not this node (nor where the layout puts it)
+        ({"SLURM_NODEID": "50001"}, "SLURM_NODEID"),  # not this node (nor where the layout puts it)
         ({"SLURM_GTIDS": "50000,50001"}, "SLURM_GTIDS"),
         ({"SLURM_PROCID": str(BIG)}, "SLURM_PROCID"),
     ],

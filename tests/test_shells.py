@@ -219,8 +219,9 @@ def test_usage_line_sets_every_variable(shell: str, addr: str, tmp_path: Path) -
 
 
 def batch_env(home: Path) -> dict[str, str]:
-    """The batch script: inside a job, outside any step; export refuses it."""
-    env = synth.step_env(["n1"], [1], 0)
+    """The batch script of a two-task job: inside a job, outside any step; export refuses it
+    (a job of exactly one task resolves there: tests/test_fail_closed.py)."""
+    env = synth.step_env(["n1", "n2"], [1, 1], 0)
     step_only = [n for n in env if n.startswith("SLURM_STEP") or n in ("SLURM_GTIDS", "SLURM_LOCALID")]
     for name in step_only:
         del env[name]

@@ -221,7 +221,8 @@ def test_all_ranks_under_torchrun_says_why_not(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     env = synth.step_env(HOSTS, [2, 2, 2, 2], 3, TORCHELASTIC_RUN_ID="r", RANK="1",
-                         WORLD_SIZE="2", MASTER_ADDR="r1n10", MASTER_PORT="29400")
+                         WORLD_SIZE="2", MASTER_ADDR="r1n10", MASTER_PORT="29400",
+                         LOCAL_RANK="1", LOCAL_WORLD_SIZE="2")
     use_env(monkeypatch, env)
     assert main(["show", "--all-ranks"]) == 1
     assert "--all-ranks needs the whole step's layout, but torchrun" in capsys.readouterr().err

@@ -32,13 +32,15 @@ REGISTRY = (
     # script's SLURM_* (never their own), so they come after "slurm" and before the job-level
     # fallback below, which would refuse them.
     # Inside a Slurm job but in no step of srun tasks (batch script, salloc shell, extern
-    # step; salloc's interactive step is one process): after every launcher that can run
-    # inside a job, before the hand-set variables, which a batch script often exports.
+    # step): refused, except a job of exactly one task and salloc's interactive step (one
+    # process each). After every launcher that can run inside a job, before the hand-set
+    # variables, which a batch script often exports.
     "outside_step",
-    # RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set by hand outside Slurm: after every
+    # Any rank-like variable set by hand outside Slurm: complete or refused. After every
     # launcher, whose own variables describe the task better than inherited ones.
     "preset",
-    # Nothing else matched: a single process on this machine.
+    # No launcher variable at all: a single process on this machine, unless /proc shows a
+    # Slurm task step whose variables were scrubbed (FALLBACK, evidence.py).
     "local",
 )
 
@@ -79,14 +81,46 @@ def detect(environ: Mapping[str, str]) -> ModuleType:
     raise AssertionError("the last launcher of the registry detects every task")
 
 
+#: ``step_evidence`` default: look in /proc (only when the fallback is reached).
+FIND = "find"
+SCRUBBED_FIX = (
+    "keep the Slurm variables where slurmenv runs (apptainer exec without --cleanenv/"
+    "--containall, no env -i), or evaluate slurmenv before scrubbing and pass its variables in: "
+    "srun bash -c 'eval $(slurmenv export); apptainer exec --cleanenv --env RANK=$RANK,... "
+    "IMAGE python train.py' (or APPTAINERENV_* variables)"
+)
+
+
 def resolve(
     environ: Mapping[str, str],
     options: Options,
     ephemeral: tuple[int, int] | None,
     cpus: int | None = None,
+    step_evidence: str | None = FIND,
 ) -> Resolution:
-    """Resolve with the first launcher that detects the task, through ``derive``."""
+    """Resolve with the first launcher that detects the task, through ``derive``.
+
+    A launcher marked ``FALLBACK`` (a single process because no launcher variable is set at
+    all) is refused when local evidence shows a Slurm task step whose variables were scrubbed:
+    ``step_evidence`` is that evidence (read from /proc by ``evidence.find`` unless given;
+    None: no evidence).
+    """
     from .. import derive
 
-    task = detect(environ).read(environ, options)
+    module = detect(environ)
+    if getattr(module, "FALLBACK", False):
+        if step_evidence == FIND:
+            from . import evidence
+
+            step_evidence = evidence.find()
+        if step_evidence:
+            from ..errors import SlurmEnvError
+
+            raise SlurmEnvError(
+                "no Slurm (or other launcher) variable is set, yet this process runs inside a "
+                f"Slurm job step: {step_evidence}. The environment was scrubbed (a container's "
+                "--cleanenv, env -i): as a single process, every task would train alone",
+                variable="SLURM_JOB_ID", value=None, fix=SCRUBBED_FIX,
+            )
+    task = module.read(environ, options)
     return derive.resolution(task, environ, options, ephemeral, cpus)

@@ -102,11 +102,19 @@ class Topology:
     #: The per-node task counts as the launcher wrote them (``2(x2)``), or None.
     tasks_per_node: str | None = None
 
-    def use(self, plan: PortPlan, address: AddressOf, ephemeral: tuple[int, int] | None) -> None:
-        """Remember the ports, the host -> address function and the ephemeral range."""
+    def use(
+        self, plan: PortPlan, address: AddressOf | None, ephemeral: tuple[int, int] | None
+    ) -> None:
+        """Remember the ports, the host -> address function (None: names as they are) and
+        the ephemeral range."""
         self.port_plan = plan
         self.address = address
         self.ephemeral = ephemeral
+
+    def addresses(self, hosts: Sequence[str]) -> list[str]:
+        """The address of each host (the address template applied, if any)."""
+        address = self.address
+        return list(hosts) if address is None else [address(host) for host in hosts]
 
     def largest_local(self) -> int | None:
         """The most tasks on one node (how many TensorFlow ports a node needs), if known."""

@@ -244,8 +244,8 @@ class HetStep(SlurmStep):
         placed = self.known()
         per_node = self._tf_ports()
         for port in per_node[self.nodeid][: self.counts[self.nodeid]]:
-            ports.check_outside(port, self.ephemeral, "TF_CONFIG port")
-        hosts = [self.address(host) for host in self.order]
+            ports.check_outside(port, self.ephemeral, "TF_CONFIG port", self.port_plan, self.environ)
+        hosts = self.addresses(self.order)
         return [f"{hosts[n]}:{per_node[n][k]}" for n, k in zip(placed.node_of, placed.local_of)]
 
     def _own_reservations(self) -> list[list[int]] | None:

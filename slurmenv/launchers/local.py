@@ -11,6 +11,9 @@ from .base import Task, Topology
 NAME = "local"
 VARIABLES: tuple[str, ...] = ()
 PREFIXES: tuple[str, ...] = ()
+#: The single-process fallback: refused when /proc shows a scrubbed Slurm step
+#: (launchers.resolve, evidence.py); the only launcher that pays for reading /proc.
+FALLBACK = True
 
 
 class LocalTopology(Topology):
@@ -43,7 +46,7 @@ def detect(environ: Mapping[str, str]) -> bool:
 
 
 def single_process(
-    environ: Mapping[str, str], launcher: str, where: str, origin: str, origin_fix: str
+    environ: Mapping[str, str], launcher: str, where: str, origin: str, origin_fix: str | None
 ) -> Task:
     """Rank 0 of a world of 1 on 127.0.0.1; ``where`` says why (for ``sources``)."""
     sources = {

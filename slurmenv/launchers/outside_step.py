@@ -47,17 +47,52 @@ def refuse(environ: Mapping[str, str]) -> SlurmEnvError:
             fix="start each rank with srun (srun --mpi=pmi2 for MPI programs), or unset the "
             f"{name.partition('_')[0]}_* variables that leaked into this srun task",
         )
+    fix = OUTSIDE_STEP_FIX
+    nodes = environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES")
+    if nodes == "1" and not (environ.get("SLURM_NTASKS") or environ.get("SLURM_NPROCS")):
+        fix += (
+            "; for a job of exactly one task, say so with sbatch -n 1 (SLURM_NTASKS is unset "
+            "without -n): its batch script then resolves as one process"
+        )
     return SlurmEnvError(
         f"inside Slurm job {job_id(environ)} but outside any job step (the batch script or an "
         "salloc shell): evaluated here, every task would get rank 0",
         variable="SLURM_STEP_ID",
         value=step,
-        fix=OUTSIDE_STEP_FIX,
+        fix=fix,
     )
 
 
+def one_task_job(environ: Mapping[str, str]) -> str | None:
+    """The evidence that the job has exactly one task on one node, or None.
+
+    ``SLURM_NTASKS``/``SLURM_NPROCS`` are set in the batch script only when ``-n`` or
+    ``--ntasks-per-node`` was given (``sbatch -N1`` alone leaves them unset: no evidence), so
+    the count must be explicit; ``SLURM_JOB_NUM_NODES``/``SLURM_NNODES`` must say one node.
+    """
+    if not outside_step(environ):
+        return None
+    tasks = next((n for n in ("SLURM_NTASKS", "SLURM_NPROCS") if environ.get(n)), None)
+    nodes = next((n for n in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES") if environ.get(n)), None)
+    if tasks is None or nodes is None:
+        return None
+    if environ[tasks].strip() != "1" or environ[nodes].strip() != "1":
+        return None
+    return f"{tasks}=1 and {nodes}=1"
+
+
 def read(environ: Mapping[str, str], options: Options) -> Task:
-    """salloc's interactive step: one process; anywhere else in the job: refused."""
+    """salloc's interactive step and a job of exactly one task: one process; anywhere else
+    in the job: refused."""
+    one = one_task_job(environ)
+    if one is not None:
+        job = job_id(environ)
+        return local.single_process(
+            environ, "slurm-one-task-job", f"Slurm job {job} of one task ({one})",
+            origin=f"the batch script (or salloc shell) of job {job}, which has exactly one task "
+            f"({one}): one process",
+            origin_fix=None,
+        )
     if interactive_step(environ):
         return local.single_process(
             environ, "slurm-interactive-step", "Slurm interactive step",

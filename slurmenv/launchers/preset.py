@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..errors import SlurmEnvError, parse_int, require
+from ..errors import SlurmEnvError, parse_int
 from ..options import Options
 from .base import Task, Topology, job_id, step_id
 
@@ -24,36 +24,118 @@ SET_NAMES = (
 )
 
 
+#: Rank-like variables: any one of them set outside every launcher means the user (or an
+#: unknown launcher) describes the world by hand: it must then be complete.
+RANK_LIKE = (
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "NNODES",
+    "GROUP_WORLD_SIZE",
+)
+FIX = (
+    "set all of RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK (or GROUP_RANK), "
+    "NNODES (or GROUP_WORLD_SIZE), MASTER_ADDR and MASTER_PORT (as torchrun does), or none of "
+    "them for a single process; inside Slurm, run under srun"
+)
+
+
 def detect(environ: Mapping[str, str]) -> bool:
-    """All of RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are set."""
-    return all(environ.get(name) for name in REQUIRED)
+    """Any rank-like variable is set (complete or not: read() refuses what is missing)."""
+    return any(environ.get(name) for name in RANK_LIKE)
 
 
 def read(environ: Mapping[str, str], options: Options) -> Task:
-    """The hand-set variables, as they are."""
+    """The hand-set variables, as they are; refused unless they describe the task fully."""
     return read_set(environ, NAME, "the environment", "hand-set variables")
 
 
+def _missing(environ: Mapping[str, str], world: int | None, local_world: int | None) -> list[str]:
+    """What a complete hand-set world lacks. Values follow from others only where they are
+    forced: a world of 1 has local rank 0 of 1; all ranks on one node have node rank 0 of 1."""
+    missing = [name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+               if not environ.get(name)]
+    if world != 1:
+        missing += [name for name in ("LOCAL_RANK", "LOCAL_WORLD_SIZE") if not environ.get(name)]
+    one_node = world is not None and (world == 1 or local_world == world)
+    if not one_node:
+        if not (environ.get("NODE_RANK") or environ.get("GROUP_RANK")):
+            missing.append("NODE_RANK")
+        if not (environ.get("NNODES") or environ.get("GROUP_WORLD_SIZE")):
+            missing.append("NNODES")
+    return missing
+
+
 def read_set(environ: Mapping[str, str], launcher: str, who: str, told: str) -> Task:
-    """A task whose variables ``who`` set; ``told`` names it in doctor's sentence."""
-    fix = "set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT together, or none of them"
+    """A task whose variables ``who`` set; ``told`` names it in doctor's sentence.
 
-    def number(name: str, default: int | None = None) -> int:
-        if default is not None and not environ.get(name):
-            return default
-        return parse_int(name, require(environ, name, fix))
+    Every value is read or forced by what was read (see :func:`_missing`); a partial set is
+    refused naming what is missing, and values that contradict each other are refused.
+    """
 
-    rank, world = number("RANK"), number("WORLD_SIZE", None)
-    if rank >= world:
-        raise SlurmEnvError(
-            f"RANK={rank} is not below WORLD_SIZE={world}", variable="RANK", value=str(rank), fix=fix
-        )
+    def number(name: str, minimum: int = 0) -> int | None:
+        text = environ.get(name)
+        return None if not text else parse_int(name, text, minimum=minimum, fix=FIX)
+
+    world = number("WORLD_SIZE", 1)
     local_world = number("LOCAL_WORLD_SIZE", 1)
-    parse_int("MASTER_PORT", environ["MASTER_PORT"], minimum=1)
+    missing = _missing(environ, world, local_world)
+    if missing:
+        present = [n for n in (*RANK_LIKE, "MASTER_ADDR", "MASTER_PORT") if environ.get(n)]
+        raise SlurmEnvError(
+            f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set, but "
+            f"{', '.join(present)} {'is' if len(present) == 1 else 'are'} (set by {who}): "
+            "slurmenv does not fill in a partial world by guessing",
+            variable=missing[0], value=None, fix=FIX,
+        )
+    for one, other in (("GROUP_RANK", "NODE_RANK"), ("GROUP_WORLD_SIZE", "NNODES")):
+        if environ.get(one) and environ.get(other) and environ[one].strip() != environ[other].strip():
+            raise SlurmEnvError(
+                f"{one}={environ[one]} and {other}={environ[other]} disagree", variable=other,
+                value=environ[other], fix=FIX,
+            )
+    assert world is not None
+    rank = number("RANK")
+    local_rank = number("LOCAL_RANK")
+    local_rank = 0 if local_rank is None else local_rank
+    local_world = 1 if local_world is None else local_world
+    group_name = "GROUP_RANK" if environ.get("GROUP_RANK") else "NODE_RANK"
+    nodes_name = "GROUP_WORLD_SIZE" if environ.get("GROUP_WORLD_SIZE") else "NNODES"
+    node_rank = number(group_name)
+    nnodes = number(nodes_name, 1)
+    forced = "all ranks on one node"
+    node_rank = 0 if node_rank is None else node_rank
+    nnodes = 1 if nnodes is None else nnodes
+    assert rank is not None
+    for small, value, big, limit in (
+        ("RANK", rank, "WORLD_SIZE", world),
+        ("LOCAL_RANK", local_rank, "LOCAL_WORLD_SIZE", local_world),
+        (group_name, node_rank, nodes_name, nnodes),
+    ):
+        if value >= limit:
+            raise SlurmEnvError(
+                f"{small}={value} is not below {big}={limit}", variable=small, value=str(value),
+                fix=FIX,
+            )
+    for small, value in (("LOCAL_WORLD_SIZE", local_world), (nodes_name, nnodes)):
+        if value > world:
+            raise SlurmEnvError(
+                f"{small}={value} is larger than WORLD_SIZE={world}", variable=small,
+                value=str(value), fix=FIX,
+            )
+    parse_int("MASTER_PORT", environ["MASTER_PORT"], minimum=1, fix=FIX)
+
+    def source(name: str, forced_by: str) -> str:
+        return f"{name} set by {who}" if environ.get(name) else f"{forced_by} ({who})"
+
+    one = "a world of 1"
     sources = {
-        name: f"{name} set by {who}"
-        for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                     "MASTER_PORT", "NODE_RANK", "GROUP_RANK", "NNODES")
+        "RANK": source("RANK", ""),
+        "WORLD_SIZE": source("WORLD_SIZE", ""),
+        "LOCAL_RANK": source("LOCAL_RANK", one),
+        "LOCAL_WORLD_SIZE": source("LOCAL_WORLD_SIZE", one),
+        "NODE_RANK": source(group_name, forced),
+        "GROUP_RANK": source(group_name, forced),
+        "NNODES": source(nodes_name, forced),
+        "MASTER_ADDR": source("MASTER_ADDR", ""),
+        "MASTER_PORT": source("MASTER_PORT", ""),
     }
     tf_config = environ.get("TF_CONFIG")
     if tf_config:
@@ -69,13 +151,11 @@ def read_set(environ: Mapping[str, str], launcher: str, who: str, told: str) -> 
                 "TF_CONFIG is set but is not a JSON object", variable="TF_CONFIG",
                 value=tf_config, fix="unset TF_CONFIG or set it to TensorFlow's JSON form",
             )
-    group_rank = number("GROUP_RANK", 0) if environ.get("GROUP_RANK") else number("NODE_RANK", 0)
-    nnodes = number("GROUP_WORLD_SIZE", 0) or number("NNODES", 0) or max(1, world // local_world)
     job = job_id(environ)
     inside = f" inside Slurm job {job}" if job else ""
     return Task(
-        launcher=launcher, rank=rank, local_rank=number("LOCAL_RANK", 0), world_size=world,
-        local_world_size=local_world, node_rank=group_rank, nnodes=nnodes,
+        launcher=launcher, rank=rank, local_rank=local_rank, world_size=world,
+        local_world_size=local_world, node_rank=node_rank, nnodes=nnodes,
         hostname=environ.get("SLURMD_NODENAME") or environ.get("HOSTNAME") or "",
         sources=sources, master_host=None, master_source=f"MASTER_ADDR set by {who}",
         port_seed=None, port_seed_source=f"MASTER_PORT set by {who}", reserved_ports=None,

@@ -195,11 +195,7 @@ class SlurmStep(Topology):
                 )
         name = self.environ.get("SLURMD_NODENAME")
         if name and self.node_list()[self.nodeid] != name:
-            raise SlurmEnvError(
-                f"SLURM_NODEID={self.nodeid} is {self.node_list()[self.nodeid]} in "
-                f"SLURM_STEP_NODELIST but this node is {name}",
-                variable="SLURMD_NODENAME", value=name, fix=STEP_FIX,
-            )
+            raise self._wrong_node(name)
         dist = self.distribution
         if isinstance(dist, layout.UnknownLayout):
             return
@@ -228,6 +224,24 @@ class SlurmStep(Topology):
                 "layout?); pass -m block, -m cyclic or -m plane=N to srun",
             )
 
+    def _wrong_node(self, name: str) -> SlurmEnvError:
+        """SLURM_NODEID and SLURMD_NODENAME disagree: blame the one the layout of
+        SLURM_PROCID contradicts (SLURM_NODEID when the layout puts this rank on this node)."""
+        listed = self.node_list()[self.nodeid]
+        message = (f"SLURM_NODEID={self.nodeid} is {listed} in SLURM_STEP_NODELIST but this node "
+                   f"is {name} (SLURMD_NODENAME)")
+        dist = self.distribution
+        if isinstance(dist, layout.Distribution) and dist.kind != "arbitrary":
+            node, _ = layout.locate(self.counts, dist, self.procid)
+            if node != self.nodeid and self.node_list()[node] == name:
+                return SlurmEnvError(
+                    f"{message}, where the {self.layout_name()} layout puts rank {self.procid}",
+                    variable="SLURM_NODEID", value=str(self.nodeid),
+                    fix="do not set SLURM_NODEID by hand or carry it from another step or node: "
+                    "run slurmenv in the srun task itself, where Slurm sets it for this node",
+                )
+        return SlurmEnvError(message, variable="SLURMD_NODENAME", value=name, fix=STEP_FIX)
+
     def master_node(self) -> str:
         """The node holding rank 0: the first node for block, cyclic and plane layouts."""
         dist = self.distribution
@@ -244,26 +258,38 @@ class SlurmStep(Topology):
         """The TF port of each local rank (the same on every node); refuses too few."""
         plan, needed = self.port_plan, layout.largest(self.counts)
         if len(plan.tf) < needed:
-            raise SlurmEnvError(
-                f"TF_CONFIG needs {needed} ports per node but only {len(plan.tf)} are available "
-                f"({plan.source})",
-                variable="SLURMENV_PORT_RANGE",
-                value=self.environ.get("SLURMENV_PORT_RANGE"),
-                fix=f"reserve ports with srun --resv-ports={needed + 1} (needs MpiParams=ports= "
-                "in slurm.conf), use a wider --port-range, or export without TF_CONFIG "
-                "(--for torch)",
-            )
+            raise too_few_tf_ports(plan, needed, self.environ)
         return plan.tf[:needed]
 
     def tf_workers(self) -> list[str]:
         """``host:port`` per rank; the port of a rank is the TF port of its local rank."""
         tf_ports = self.step_tf_ports()
         for port in tf_ports[: self.counts[self.nodeid]]:
-            ports.check_outside(port, self.ephemeral, "TF_CONFIG port")
-        hosts = [self.address(host) for host in self.hosts()]
+            ports.check_outside(port, self.ephemeral, "TF_CONFIG port", self.port_plan, self.environ)
+        hosts = self.addresses(self.hosts())
         placed = self.known()
         suffixes = [f":{port}" for port in tf_ports]
         return [hosts[n] + suffixes[k] for n, k in zip(placed.node_of, placed.local_of)]
+
+
+def too_few_tf_ports(plan: ports.Ports, needed: int, environ: Mapping[str, str]) -> SlurmEnvError:
+    """TF_CONFIG needs ``needed`` ports per node; the error names where the ports came from."""
+    message = (
+        f"TF_CONFIG needs {needed} ports per node but only {len(plan.tf)} are available "
+        f"({plan.source})"
+    )
+    without = "or export without TF_CONFIG (--for torch)"
+    if plan.variable == "SLURM_STEP_RESV_PORTS":
+        fix = (f"reserve enough ports: srun --resv-ports={needed + 1} (MASTER_PORT and one "
+               f"TensorFlow port per task on a node), {without}")
+    elif plan.variable in ("MASTER_PORT", "--port", "SLURMENV_PORT"):
+        fix = (f"the TensorFlow ports follow {plan.variable} and would pass 65535: choose a "
+               f"lower port, {without}")
+    else:
+        fix = (f"use a wider --port-range (SLURMENV_PORT_RANGE), reserve ports with srun "
+               f"--resv-ports={needed + 1}, {without}")
+    value = environ.get(plan.variable)
+    return SlurmEnvError(message, variable=plan.variable, value=value, fix=fix)
 
 
 def new_step(environ: Mapping[str, str]) -> SlurmStep:

@@ -27,14 +27,15 @@ PREFIXES = ("TORCHELASTIC_",)
 
 
 def detect(environ: Mapping[str, str]) -> bool:
-    """torchrun's marker with the four variables it sets for every worker."""
-    return bool(environ.get(MARKER)) and all(
-        environ.get(name) for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    """torchrun's marker with any of the rank variables it sets for every worker."""
+    return bool(environ.get(MARKER)) and any(
+        environ.get(name) for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+                                       "GROUP_RANK", "GROUP_WORLD_SIZE")
     )
 
 
 def read(environ: Mapping[str, str], options: Options) -> Task:
-    """The worker's variables, as torchrun set them."""
+    """The worker's variables, as torchrun set them (all of them, or refused)."""
     from . import preset
 
     return preset.read_set(environ, NAME, "torchrun", "torchrun")
