@@ -50,6 +50,8 @@ SLURM_VARIABLES = (
     # the job (allocation), compared with the step by doctor
     "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NUM_NODES", "SLURM_NNODES",
     "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_TASKS_PER_NODE",
+    # what Lightning's own SLURMEnvironment reads (doctor's Lightning check)
+    "SLURM_NTASKS_PER_NODE", "SLURM_JOB_NAME",
     # CPUs and GPUs
     "SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS",
     "SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_TASK", "SLURM_GPUS_PER_NODE", "SLURM_GPU_BIND",
