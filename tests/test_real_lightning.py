@@ -12,7 +12,11 @@ Proven here, every rank's result checked:
    with ``Fabric(devices=1, num_nodes=2)`` fails with Lightning's own environment ("does not
    match") and works with the plugin; Trainer fits in the same kind of sub-step;
 3. an uneven step (``srun -N2 -n3``: 2 and 1 tasks) is refused in every task with the
-   SlurmEnvError naming ``SLURM_STEP_TASKS_PER_NODE``, before Lightning starts anything.
+   SlurmEnvError naming ``SLURM_STEP_TASKS_PER_NODE``, before Lightning starts anything;
+4. what Lightning's own environment does where ``slurmenv doctor`` warns (and that it warns):
+   a step started with ``-n`` alone is refused; in a job named ``bash`` (what ``srun bash -c``
+   names it) Lightning ignores Slurm and, after ``eval $(slurmenv export)``, numbers a cyclic
+   step's ranks ``NODE_RANK * devices + LOCAL_RANK``, not as Slurm did.
 """
 
 from __future__ import annotations
@@ -36,9 +40,9 @@ def _lightning() -> None:
     pytest.importorskip("lightning")
 
 
-def lightning_step(cluster: SlurmCluster, args: list[str], mode: str) -> SrunResult:
+def lightning_step(cluster: SlurmCluster, args: list[str], *program_args: str) -> SrunResult:
     return cluster.srun(
-        args, ["python", str(LIGHTNING), mode], env=ENV, timeout=TIMEOUT
+        args, ["python", str(LIGHTNING), *program_args], env=ENV, timeout=TIMEOUT
     )
 
 
@@ -90,6 +94,8 @@ def test_trainer_full_step_cyclic(slurm_cluster: SlurmCluster) -> None:
 
 SUB_STEPS = """#!/bin/bash
 # the job has 2 nodes x 2 tasks; each step uses one task per node
+echo "== doctor"
+srun -N2 -n2 --label slurmenv doctor -q
 for mode in "builtin 1 2" "fabric 1 2" "trainer"; do
   echo "== $mode"
   srun -N2 -n2 --label python {program} $mode 2>&1
@@ -106,7 +112,17 @@ def test_sub_step_of_a_larger_job(slurm_cluster: SlurmCluster) -> None:
     for section in res.stdout.split("== ")[1:]:
         head, _, body = section.partition("\n")
         sections[head] = body
-    assert sorted(sections) == ["builtin 1 2", "fabric 1 2", "trainer"], explain(res)
+    assert sorted(sections) == ["builtin 1 2", "doctor", "fabric 1 2", "trainer"], explain(res)
+    doctor = parse_labels(sections["doctor"])
+    assert sorted(doctor) == [0, 1], explain(res)
+    for rank, lines in doctor.items():
+        host = ("r1n09", "r1n10")[rank]
+        assert lines[0] == (
+            "warning  Lightning    if this step runs Lightning: SLURM_NTASKS_PER_NODE=2 (set for "
+            f"the job) but this step runs 1 task(s) on {host}: Lightning's SLURMEnvironment "
+            "refuses devices=1"
+        ), explain(res)
+        assert "plugins=[slurmenv.lightning.Environment()]" in lines[1], explain(res)
     assert "EXIT 0" not in sections["builtin 1 2"], explain(res)
     # Lightning's own SLURMEnvironment reads the job's --ntasks-per-node=2 and refuses
     assert "does not match" in sections["builtin 1 2"], explain(res)
@@ -128,3 +144,31 @@ def test_uneven_step_is_refused(slurm_cluster: SlurmCluster) -> None:
     assert all("(2,1 tasks per node)" in line for line in errors), explain(res)
     assert res.stderr.count("variable: SLURM_STEP_TASKS_PER_NODE='2,1'") == 3, explain(res)
     assert "LIGHTNING" not in res.stdout, explain(res)
+
+
+def test_lightning_own_environment_refuses_srun_n(slurm_cluster: SlurmCluster) -> None:
+    res = lightning_step(slurm_cluster, ["-N2", "-n2"], "builtin", "1", "2")
+    assert res.returncode != 0, explain(res)
+    assert res.stderr.count("You set `--ntasks=2` in your SLURM bash script") == 2, explain(res)
+    assert "LIGHTNING" not in res.stdout, explain(res)
+
+
+def test_job_named_bash_lightning_numbers_ranks_itself(slurm_cluster: SlurmCluster) -> None:
+    script = (
+        "slurmenv doctor -q | grep -A1 'Lightning '; "
+        f"eval $(slurmenv export); exec python {LIGHTNING} builtin 2 2"
+    )
+    args = [*CYCLIC_ARGS, "--job-name=bash"]
+    res = slurm_cluster.srun(args, ["bash", "-c", script], env=ENV, timeout=TIMEOUT)
+    assert res.returncode == 0, explain(res)
+    got = per_rank(res, "LIGHTNING")
+    assert sorted(got) == [0, 1, 2, 3], explain(res)
+    assert local_layout(got) == CYCLIC, explain(res)
+    for task, rec in got.items():
+        node, local = CYCLIC[task][1:]
+        assert rec["procid"] == task
+        assert rec["rank"] == node * 2 + local, explain(res)  # Lightning's number, not Slurm's
+        assert rec["environment"] == "lightning.fabric.plugins.environments.lightning"
+        assert "the job is named 'bash', so Lightning ignores Slurm" in res.per_task[task][0]
+        assert "not Slurm's rank in this cyclic layout" in res.per_task[task][0]
+    assert [got[t]["rank"] for t in range(4)] == [0, 2, 1, 3]
