@@ -140,6 +140,12 @@ class Environment:
             resolution if resolution is not None else resolve(environ, **resolve_kwargs)
         )
 
+    def __copy__(self) -> Environment:
+        return self  # immutable: a copy would be the same task's same answers
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Environment:
+        return self
+
     def __repr__(self) -> str:
         return f"slurmenv.lightning.Environment({self._resolution!r})"
 

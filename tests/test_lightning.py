@@ -55,6 +55,13 @@ def test_cyclic_layout_keeps_slurms_rank(rank: int) -> None:
     env.validate_settings(num_devices=2, num_nodes=2)
 
 
+def test_copies_are_the_same_immutable_environment() -> None:
+    import copy
+
+    env = env_of(1, [2, 2])
+    assert copy.copy(env) is env and copy.deepcopy(env) is env
+
+
 def test_plane_layout_and_repr() -> None:
     env = env_of(2, [4, 4], "plane", plane=2)  # 0,1,4,5 on the first node, 2,3,6,7 on the next
     assert (env.global_rank(), env.node_rank(), env.local_rank()) == (2, 1, 0)
