@@ -52,6 +52,7 @@ CHECKS = {
     "gpus": "GPUs",
     "threads": "threads",
     "tf-config": "TF_CONFIG",
+    "lightning": "Lightning",
 }
 GRPC_PROXIES = ("grpc_proxy", "https_proxy", "http_proxy")  # gRPC's order (lowercase only)
 GRPC_NO_PROXIES = ("no_grpc_proxy", "no_proxy")
@@ -282,6 +283,7 @@ def diagnose(
         _check_step(ctx), _check_counts(ctx), _check_master_name(ctx), _check_interface(ctx),
         _check_ports(ctx), _check_proxy(ctx), _check_gpus(ctx), _check_threads(ctx),
         _check_tf_config(ctx),
+        _check_lightning(ctx),
     ]  # fmt: skip
     return Report(_title(ctx), checks, ctx.ifname())
 
@@ -886,6 +888,84 @@ def _check_tf_config(ctx: _Context) -> Check:
             "build the resolver in Python (slurmenv.resolve().tf_config) for larger steps",
         )
     return Check("tf-config", OK, message)
+
+
+def _check_lightning(ctx: _Context) -> Check:
+    """What Lightning's own cluster environment would make of this step, when Lightning is
+    installed (found, not imported): it refuses or misnumbers steps that the plugin
+    ``slurmenv.lightning.Environment`` runs."""
+    import importlib.util
+
+    from .lightning import tasks_per_node
+
+    if not any(importlib.util.find_spec(p) for p in ("lightning", "pytorch_lightning")):
+        return Check("lightning", OK, "Lightning is not installed here: nothing to check")
+    res, env = ctx.res, ctx.environ
+    if res is None:
+        return ctx.no_resolution("lightning")
+    job_name = env.get("SLURM_JOB_NAME")
+    interactive = job_name in ("bash", "interactive")
+    fix = "if this step runs Lightning, pass plugins=[slurmenv.lightning.Environment()] to " \
+        "Fabric or Trainer (docs/frameworks/lightning.md)"
+    if res.world_size < 2 or env.get("TORCHELASTIC_RUN_ID"):
+        return Check("lightning", OK, "Lightning's own environment fits this process")
+    if res.launcher != "slurm":
+        if "SLURM_NTASKS" in env and not interactive:
+            return Check(
+                "lightning", WARNING,
+                f"if this step runs Lightning: its SLURMEnvironment would take the ranks of the "
+                f"Slurm job (SLURM_PROCID, SLURM_NTASKS={env['SLURM_NTASKS']}), not {res.launcher}'s",
+                fix,
+            )
+        return Check("lightning", OK, "not a Slurm step: Lightning's SLURMEnvironment stays out")
+    if job_name is None:
+        return Check("lightning", OK, "SLURM_JOB_NAME unset (a replayed dump?): not checked")
+    counts = tasks_per_node(res)
+    per = res.local_world_size
+    even = len(set(counts)) == 1 if counts else res.world_size == res.nnodes * per
+    problems = []
+    if not even:
+        shown = ",".join(map(str, counts)) if counts else "?"
+        problems.append(
+            f"its {res.world_size} tasks are spread unevenly over {res.nnodes} nodes ({shown}) "
+            "and Lightning needs devices x num_nodes = world size"
+        )
+    if interactive:
+        try:
+            block = even and all(
+                n * per + k == r for r, (n, k) in enumerate(zip(res.node_of, res.local_of))
+            )
+        except SlurmEnvError:
+            block = False
+        ranks = f"the job is named {job_name!r}, so Lightning ignores Slurm and numbers ranks " \
+            "NODE_RANK x devices + LOCAL_RANK (from slurmenv export)"
+        if block:
+            return Check("lightning", OK, f"{ranks}: right for this block layout")
+        if even:
+            problems.append(f"{ranks}, which is not Slurm's rank in this {layout_name(res)} layout")
+    else:
+        npn = env.get("SLURM_NTASKS_PER_NODE")
+        if npn is None:
+            problems.append(
+                "SLURM_NTASKS_PER_NODE is unset (srun -n without --ntasks-per-node): Lightning's "
+                f"SLURMEnvironment refuses {res.world_size} tasks"
+            )
+        elif even and npn.strip() != str(per):
+            problems.append(
+                f"SLURM_NTASKS_PER_NODE={npn} (set for the job) but this step runs {per} task(s) "
+                f"on {ctx.node}: Lightning's SLURMEnvironment refuses devices={per}"
+            )
+    if not problems:
+        return Check(
+            "lightning", OK,
+            f"Lightning's own SLURMEnvironment reads this step right (devices={per}, "
+            f"num_nodes={res.nnodes})",
+        )
+    if not even:
+        fix = f"for Lightning start the same number of tasks on every node (srun -N{res.nnodes} " \
+            "--ntasks-per-node=K) and pass plugins=[slurmenv.lightning.Environment()] " \
+            "(docs/frameworks/lightning.md)"
+    return Check("lightning", WARNING, "if this step runs Lightning: " + "; ".join(problems), fix)
 
 
 def _json(text: str) -> Any:

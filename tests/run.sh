@@ -25,6 +25,17 @@ pip -e '.[test]'
 "$PY" -c 'import torch' 2>/dev/null || pip torch==2.13.0
 "$PY" -c 'import tensorflow' 2>/dev/null || pip tensorflow-cpu
 "$PY" -c 'import jax' 2>/dev/null || pip jax
+# Lightning, Accelerate and DeepSpeed on top of that torch: the constraint keeps pip from
+# replacing it (with a CUDA build, or another version).
+echo "torch==2.13.0" > "${TMPDIR:-/tmp}/slurmenv-torch-pin.txt"
+pinned() { pip -c "${TMPDIR:-/tmp}/slurmenv-torch-pin.txt" "$@"; }
+"$PY" -c 'import lightning' 2>/dev/null || pinned lightning
+"$PY" -c 'import accelerate' 2>/dev/null || pinned accelerate
+"$PY" -c 'import deepspeed' 2>/dev/null || DS_BUILD_OPS=0 pinned deepspeed
+# DeepSpeed compiles its CPU communication op on first use (about 100 s on 2 cores, then
+# cached in ~/.cache/torch_extensions): do it here, not inside a test's srun.
+"$PY" -c 'from deepspeed.comm.torch import build_shm_op; build_shm_op()' >/dev/null 2>&1 ||
+  echo "DeepSpeed's CPU communication op did not build: its test will show why" >&2
 
 "$PY" -m ruff check .
 "$PY" -m mypy

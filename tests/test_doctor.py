@@ -48,8 +48,11 @@ def facts(
 
 
 def step(rank: int = 3, counts: tuple[int, ...] = (2, 2, 2, 2), **extra: str) -> dict[str, str]:
-    """Task ``rank`` of a healthy step: -c 1, OMP_NUM_THREADS=1."""
+    """Task ``rank`` of a healthy step: -c 1, OMP_NUM_THREADS=1, and (even counts)
+    --ntasks-per-node, which sets SLURM_NTASKS_PER_NODE."""
     base = {"SLURM_CPUS_PER_TASK": "1", "SLURM_CPUS_ON_NODE": "2", "OMP_NUM_THREADS": "1"}
+    if len(set(counts)) == 1:
+        base["SLURM_NTASKS_PER_NODE"] = str(counts[0])
     base.update(extra)
     return synth.step_env(HOSTS[: len(counts)], list(counts), rank, **base)
 
@@ -407,3 +410,63 @@ def test_probe_sees_a_real_listener_on_the_master_port() -> None:
         report = doctor.diagnose(env, {}, facts=found)
         ports = next(c for c in report.checks if c.name == "ports")
         assert ports.verdict == "error" and f"pid {os.getpid()}" in ports.message
+
+
+# -- Lightning: what its own SLURMEnvironment would make of the step -------------------------
+def lightning_check(
+    counts: list[int], rank: int = 1, distribution: str | None = None, **extra: str
+) -> doctor.Check:
+    env = synth.step_env(HOSTS[: len(counts)], counts, rank, distribution, **extra)
+    return run(env)["lightning"]
+
+
+def test_lightning_sub_step_of_a_larger_job_points_to_the_plugin() -> None:
+    """The issue's case: job 2 nodes x --ntasks-per-node=2, step srun -N2 -n2."""
+    pytest.importorskip("lightning")
+    check = lightning_check([1, 1], SLURM_NTASKS_PER_NODE="2", SLURM_JOB_NAME="train.sh")
+    assert check.verdict == "warning"
+    assert "SLURM_NTASKS_PER_NODE=2 (set for the job) but this step runs 1 task(s)" in check.message
+    assert "plugins=[slurmenv.lightning.Environment()]" in (check.fix or "")
+
+
+def test_lightning_srun_n_without_ntasks_per_node_is_refused_by_lightning() -> None:
+    pytest.importorskip("lightning")
+    check = lightning_check([2, 2], SLURM_JOB_NAME="train.sh")
+    assert check.verdict == "warning"
+    assert "SLURM_NTASKS_PER_NODE is unset" in check.message
+
+
+def test_lightning_uneven_step() -> None:
+    pytest.importorskip("lightning")
+    check = lightning_check([2, 1], SLURM_JOB_NAME="train.sh", SLURM_NTASKS_PER_NODE="2")
+    assert check.verdict == "warning"
+    assert "spread unevenly over 2 nodes (2,1)" in check.message
+    assert "--ntasks-per-node=K" in (check.fix or "")
+
+
+@pytest.mark.parametrize(("distribution", "verdict"), [("block", "ok"), ("cyclic", "warning")])
+def test_lightning_job_named_bash_numbers_ranks_itself(distribution: str, verdict: str) -> None:
+    """srun bash -c '...' names the job 'bash': Lightning then ignores Slurm (observed)."""
+    pytest.importorskip("lightning")
+    check = lightning_check([2, 2], 1, distribution, SLURM_JOB_NAME="bash")
+    assert check.verdict == verdict
+    assert "the job is named 'bash', so Lightning ignores Slurm" in check.message
+    if verdict == "warning":
+        assert "not Slurm's rank in this cyclic layout" in check.message
+
+
+def test_lightning_even_step_with_its_ntasks_per_node_is_ok() -> None:
+    """Lightning's own environment reads SLURM_PROCID: an even cyclic step is fine for it."""
+    pytest.importorskip("lightning")
+    check = lightning_check([2, 2], 1, "cyclic", SLURM_JOB_NAME="t", SLURM_NTASKS_PER_NODE="2")
+    assert check == doctor.Check(
+        "lightning", "ok",
+        "Lightning's own SLURMEnvironment reads this step right (devices=2, num_nodes=2)",
+    )
+
+
+def test_lightning_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("lightning", "pytorch_lightning"):  # find_spec answers None for these
+        monkeypatch.setitem(sys.modules, name, None)  # type: ignore[arg-type]
+    check = lightning_check([1, 1], SLURM_NTASKS_PER_NODE="2", SLURM_JOB_NAME="train.sh")
+    assert (check.verdict, check.message) == ("ok", "Lightning is not installed here: nothing to check")

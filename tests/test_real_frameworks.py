@@ -1,12 +1,16 @@
-"""slurmenv.torch, slurmenv.tf and slurmenv.jax across two nodes of a real Slurm cluster.
+"""slurmenv.torch, slurmenv.tf and slurmenv.jax across two nodes of a real Slurm cluster, and
+Accelerate and DeepSpeed through ``eval $(slurmenv export)``.
 
 One process per Slurm task (plain ``srun``, no torchrun); each task resolves its own step
-and joins the group through the helper; a collective over all tasks proves they met.
+and joins the group through the helper (or reads what ``slurmenv export`` set); a collective
+over all tasks proves they met. Lightning: tests/test_real_lightning.py.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +21,18 @@ pytestmark = pytest.mark.slurm
 
 PROGRAMS = Path(__file__).parent / "programs"
 TIMEOUT = 240
+# this interpreter's python and slurmenv first on PATH, as an activated environment would
+ENV = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
-def run(cluster: SlurmCluster, args: list[str], program: str) -> dict[int, dict[str, Any]]:
-    res = cluster.srun(args, ["python3", str(PROGRAMS / program)], timeout=TIMEOUT)
+def run(
+    cluster: SlurmCluster, args: list[str], program: str, exported: bool = False
+) -> dict[int, dict[str, Any]]:
+    """Every task's JSON line; ``exported``: the documented ``eval $(slurmenv export)`` first."""
+    command = ["python3", str(PROGRAMS / program)]
+    if exported:
+        command = ["bash", "-c", f"eval $(slurmenv export); exec python {PROGRAMS / program}"]
+    res = cluster.srun(args, command, env=ENV, timeout=TIMEOUT)
     assert res.returncode == 0, f"{res.stdout}\n{res.stderr[-3000:]}"
     out = {}
     for task, lines in res.per_task.items():
@@ -60,3 +72,41 @@ def test_jax_initialize_on_two_nodes(slurm_cluster: SlurmCluster) -> None:
     for task, result in out.items():
         assert (result["process_index"], result["process_count"]) == (task, 2)
         assert result["gathered"] == [1.0, 2.0]
+
+
+def test_jax_several_tasks_per_node_cyclic(slurm_cluster: SlurmCluster) -> None:
+    """-N2 -n3 -m cyclic: ranks 0 and 2 on r1n09, rank 1 on r1n10 (uneven and cyclic)."""
+    pytest.importorskip("jax")
+    out = run(slurm_cluster, ["-N2", "-n3", "-m", "cyclic"], "fw_jax_init.py")
+    assert sorted(out) == [0, 1, 2]
+    addresses = {r["args"]["coordinator_address"] for r in out.values()}
+    assert len(addresses) == 1 and addresses.pop().startswith("r1n09:")
+    for task, result in out.items():
+        assert (result["process_index"], result["process_count"]) == (task, 3)
+        assert result["args"]["process_id"] == task
+        assert result["gathered"] == [1.0, 2.0, 3.0]
+
+
+def test_accelerate_through_export_cyclic(slurm_cluster: SlurmCluster) -> None:
+    """Accelerator(cpu=True) reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_* as exported."""
+    pytest.importorskip("accelerate")
+    out = run(slurm_cluster, ["-N2", "-n3", "-m", "cyclic"], "fw_accelerate.py", exported=True)
+    assert sorted(out) == [0, 1, 2]
+    hosts = {0: "r1n09", 1: "r1n10", 2: "r1n09"}
+    for task, result in out.items():
+        assert (result["process_index"], result["num_processes"]) == (task, 3)
+        assert result["distributed_type"] == "DistributedType.MULTI_CPU"
+        assert result["host"] == hosts[task]
+        assert result["local_process_index"] == {0: 0, 1: 0, 2: 1}[task]
+        assert result["gathered"] == [1.0, 2.0, 3.0]
+
+
+def test_deepspeed_init_distributed_through_export_cyclic(slurm_cluster: SlurmCluster) -> None:
+    """deepspeed.init_distributed(dist_backend="gloo") on CPU reads the exported variables."""
+    pytest.importorskip("deepspeed")
+    out = run(slurm_cluster, ["-N2", "-n3", "-m", "cyclic"], "fw_deepspeed.py", exported=True)
+    assert sorted(out) == [0, 1, 2]
+    for task, result in out.items():
+        assert (result["rank"], result["world_size"], result["backend"]) == (task, 3, "gloo")
+        assert result["host"] == ("r1n10" if task == 1 else "r1n09")
+        assert result["sum"] == 6.0
