@@ -942,7 +942,7 @@ def _check_lightning(ctx: _Context) -> Check:
         if block:
             return Check("lightning", OK, f"{ranks}: right for this block layout")
         if even:
-            problems.append(f"{ranks}, which is not Slurm's rank in this {layout_name(res)} layout")
+            problems.append(f"{ranks}, which is not Slurm's rank in this {res.layout_name} layout")
     else:
         npn = env.get("SLURM_NTASKS_PER_NODE")
         if npn is None:
