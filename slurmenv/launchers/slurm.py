@@ -244,12 +244,15 @@ class SlurmStep(Topology):
         """The TF port of each local rank (the same on every node); refuses too few."""
         plan, needed = self.port_plan, layout.largest(self.counts)
         if len(plan.tf) < needed:
+            from ..derive import runtime_ports  # ports the MPI runtime takes need reserving too
+
+            reserve = needed + 1 + len(runtime_ports(self.environ))
             raise SlurmEnvError(
                 f"TF_CONFIG needs {needed} ports per node but only {len(plan.tf)} are available "
                 f"({plan.source})",
                 variable="SLURMENV_PORT_RANGE",
                 value=self.environ.get("SLURMENV_PORT_RANGE"),
-                fix=f"reserve ports with srun --resv-ports={needed + 1} (needs MpiParams=ports= "
+                fix=f"reserve ports with srun --resv-ports={reserve} (needs MpiParams=ports= "
                 "in slurm.conf), use a wider --port-range, or export without TF_CONFIG "
                 "(--for torch)",
             )
