@@ -40,6 +40,11 @@ REGISTRY = (
     # step; salloc's interactive step is one process): after every launcher that can run
     # inside a job, before the hand-set variables, which a batch script often exports.
     "outside_step",
+    # A pod of a Kubernetes training operator (KUBERNETES_SERVICE_HOST with RANK/WORLD_SIZE or
+    # PET_NNODES): before "preset", which would take the operator's RANK (a pod index) as a
+    # process rank on trust; after everything that runs inside a pod on its own (torchrun's
+    # workers, a Slurm step), whose variables describe the process.
+    "k8s",
     # RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set by hand outside Slurm: after every
     # launcher, whose own variables describe the task better than inherited ones.
     "preset",
