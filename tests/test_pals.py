@@ -92,7 +92,7 @@ def test_real_heterogeneous_step_with_slurm_hidden_is_refused() -> None:
 def test_pbs_pals_fixture(tmp_path: Path) -> None:
     hosts = PBS["apinfo"]["hosts"]
     apid = PBS["tasks"][0]["env"]["PALS_APID"]
-    expected_port = ports.block_ports(4711, pals.stable_hash(apid), ports.DEFAULT_RANGE, 4).master
+    expected_port = ports.block_ports(4711, ports.stable_hash(apid), ports.DEFAULT_RANGE, 4).master
     for rank, env in enumerate(pbs_tasks(tmp_path)):
         res = slurmenv.resolve(env, **NO_EPHEMERAL)
         assert (res.launcher, res.rank, res.world_size) == ("pals", rank, 8)
@@ -163,13 +163,13 @@ def test_nodefile_fallback_needs_every_value(tmp_path: Path) -> None:
 
 
 def test_port_seed() -> None:
-    assert pals.stable_hash("a") == 0xE40C292C  # FNV-1a 32 test vector
+    assert ports.stable_hash("a") == 0xE40C292C  # FNV-1a 32 test vector
     seed = pals.port_seed
-    assert seed({"PBS_JOBID": "4711.pbs01", "PALS_APID": "x"})[0] == (4711, pals.stable_hash("x"))
+    assert seed({"PBS_JOBID": "4711.pbs01", "PALS_APID": "x"})[0] == (4711, ports.stable_hash("x"))
     assert seed({"PBS_JOBID": "4711[3].pbs01"})[0] == (4711, 0)
     assert seed({"PALS_APID": "12.3"})[0] == (12, 3)
     assert seed({"PBS_JOBID": "12.pbs", "PALS_APID": "12.3"})[0] == (12, 3)
-    assert seed({"PALS_APID": "f3a1"})[0] == (pals.stable_hash("f3a1"), 0)
+    assert seed({"PALS_APID": "f3a1"})[0] == (ports.stable_hash("f3a1"), 0)
     assert seed({})[0] is None
 
 

@@ -24,6 +24,10 @@ REGISTRY = (
     # torchrun numbered its processes itself, so its values win, even inside an srun task
     # whose SLURM_* describe the agent's task, not the worker.
     "torchrun",
+    # A task that a Flux job shell started (FLUX_TASK_RANK): a Flux instance inside a Slurm
+    # allocation (srun flux start) hands its jobs the broker's SLURM_*, which describe the
+    # broker, not the task; and Flux's cray-pals plugin sets PALS_* too ("pals" below).
+    "flux",
     # A real Slurm step task whose SLURM_* are its own (base.slurm_step_is_own): srun tasks,
     # and srun --mpi=pmi2/cray_shasta ranks whose PMI_*/PALS_* agree with SLURM_PROCID.
     # Before the MPI launchers: those signals are also present in such tasks.
@@ -57,6 +61,7 @@ REGISTRY = (
 #: Only worth it for launchers before ``slurm`` in the registry, which every step task tries.
 SIGNALS = {
     "torchrun": ("TORCHELASTIC_RUN_ID",),
+    "flux": ("FLUX_TASK_RANK",),
 }
 
 

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 
 from ..errors import SlurmEnvError, parse_int, require
 from ..options import Options
+from ..ports import stable_hash
 from .base import Task, Topology
 
 NAME = "pals"
@@ -46,14 +47,6 @@ NODEFILE_CAVEAT = (
 def detect(environ: Mapping[str, str]) -> bool:
     """A PALS rank: ``PALS_RANKID`` is set (PBS_JOBID alone is not PBS: spank_pbs sets it)."""
     return bool(environ.get("PALS_RANKID"))
-
-
-def stable_hash(text: str) -> int:
-    """FNV-1a (32 bits) of ``text``: the same in every process (``hash()`` is salted)."""
-    value = 0x811C9DC5
-    for byte in text.encode():
-        value = ((value ^ byte) * 0x01000193) & 0xFFFFFFFF
-    return value
 
 
 def port_seed(environ: Mapping[str, str]) -> tuple[tuple[int, int] | None, str]:
@@ -158,11 +151,13 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
     _agree(environ, ("PMI_RANK",), rank, f"PALS_RANKID={rank}")
     path = environ.get("PALS_APINFO")
     if path:
-        return _from_apinfo(environ, rank, path)
+        return apinfo_task(environ, rank, path)
     return _from_nodefile(environ, rank)
 
 
-def _from_apinfo(environ: Mapping[str, str], rank: int, path: str) -> Task:
+def apinfo_task(environ: Mapping[str, str], rank: int, path: str) -> Task:
+    """A rank whose place the apinfo file at ``path`` tells, checked against PALS_*/PMI_*
+    (also the Flux launcher's, with its cray-pals plugin)."""
     from . import apinfo
 
     info = apinfo.read(path)
