@@ -32,6 +32,10 @@ REGISTRY = (
     # and srun --mpi=pmi2/cray_shasta ranks whose PMI_*/PALS_* agree with SLURM_PROCID.
     # Before the MPI launchers: those signals are also present in such tasks.
     "slurm",
+    # LSF jsrun tasks (JSM_NAMESPACE_RANK/SIZE): before the MPI launchers, since jsrun starts
+    # Spectrum MPI ranks that carry OMPI_COMM_WORLD_* too, while JSM_NAMESPACE_* and LSB_*
+    # tell the job's hosts. LSF jobs carry no SLURM_*.
+    "lsf",
     # MPI launchers (mpirun, mpiexec) go here: their ranks inherit a daemon step's or the batch
     # script's SLURM_* (never their own), so they come after "slurm" and before the job-level
     # fallback below, which would refuse them.
