@@ -235,7 +235,8 @@ def port_plan(
         plan = ports.block_ports(job, launch, options.port_range, per_node)
         if plan.master in taken:
             raise _runtime_port(plan.master, "the port formula", taken, "MASTER_PORT")
-        plan = ports.Ports(plan.master, [p for p in plan.tf if p not in taken], plan.source)
+        source = f"{plan.source} (from {task.port_seed_source})"
+        plan = ports.Ports(plan.master, [p for p in plan.tf if p not in taken], source)
     else:
         raise SlurmEnvError(
             f"MASTER_PORT cannot be derived: {task.port_seed_source}",
