@@ -186,3 +186,19 @@ def test_explicit_port_that_pals_binds_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SlurmEnvError) as info:
         slurmenv.resolve({**env, "MASTER_PORT": "11002"}, **NO_EPHEMERAL)
     assert info.value.variable == "MASTER_PORT" and "PMI_CONTROL_PORT" in str(info.value)
+
+
+def test_dump_keeps_the_apinfo_file_for_replay(tmp_path: Path) -> None:
+    """PALS removes its apinfo file when the application ends: a dump records it (binary),
+    and the replay resolves the same anywhere."""
+    from slurmenv import dump
+
+    envs = pbs_tasks(tmp_path)
+    data = dump.collect(envs[5])
+    assert "PALS_APINFO" in data["binary_files"]
+    Path(envs[5]["PALS_APINFO"]).unlink()  # the application ended
+    saved = tmp_path / "dump.json"
+    saved.write_text(json.dumps(data))
+    res, recorded = dump.load(str(saved)).replay()
+    assert res is not None and recorded == data["resolution"]
+    assert (res.launcher, res.rank, res.node_rank, res.master_addr) == ("pals", 5, 1, PBS["apinfo"]["hosts"][0])

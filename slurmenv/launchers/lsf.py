@@ -111,7 +111,7 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
         )
     host = hosts[node]
     job = _get(environ, "LSB_JOBID")
-    told = f"LSB_DJOB_RANKFILE={path}"
+    told = "the rank file LSB_DJOB_RANKFILE"  # no path: a replay reads a copy elsewhere
     sources = {
         "RANK": f"JSM_NAMESPACE_RANK={rank}", "WORLD_SIZE": f"JSM_NAMESPACE_SIZE={world}",
         "LOCAL_RANK": f"JSM_NAMESPACE_LOCAL_RANK={local}",

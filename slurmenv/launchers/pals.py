@@ -178,7 +178,7 @@ def apinfo_task(environ: Mapping[str, str], rank: int, path: str) -> Task:
            f"{where}, {counts[node]} ranks on node {node},")  # fmt: skip
     hosts = info.hosts
     master = hosts[info.nodes[0]]
-    told = f"PALS_APINFO={path} (version {info.version})"
+    told = f"the apinfo file PALS_APINFO (version {info.version})"  # no path: see dump
     sources = {
         "RANK": f"PALS_RANKID={rank}",
         "LOCAL_RANK": f"local index of rank {rank} in {told}",
@@ -238,7 +238,7 @@ def _from_nodefile(environ: Mapping[str, str], rank: int) -> Task:
             f"PBS_NODEFILE={path}",
             variable="PBS_NODEFILE", value=path, fix=NODEFILE_CAVEAT,
         )
-    told = f"PBS_NODEFILE={path}"
+    told = "PBS_NODEFILE"  # no path: a replay reads a copy elsewhere
     sources = {
         "RANK": f"PALS_RANKID={rank}",
         "LOCAL_RANK": f"PALS_LOCAL_RANKID={local}",
