@@ -36,14 +36,15 @@ REGISTRY = (
     # Spectrum MPI ranks that carry OMPI_COMM_WORLD_* too, while JSM_NAMESPACE_* and LSB_*
     # tell the job's hosts. LSF jobs carry no SLURM_*.
     "lsf",
+    # Cray PALS ranks (PBS Pro's HPE mpiexec; srun --mpi=cray_shasta tasks whose SLURM_* are
+    # hidden): PALS_RANKID. After "slurm": a cray_shasta task carries PALS_RANKID equal to
+    # SLURM_PROCID and Slurm's own variables stay its truth. Before the MPI launchers: PALS
+    # ranks carry PMI_RANK/PMI_SIZE too. Never PBS_JOBID alone, which Slurm's spank_pbs plugin
+    # also sets. Before "outside_step": a PALS rank is its launcher's, even inside a job.
+    "pals",
     # MPI launchers (mpirun, mpiexec) go here: their ranks inherit a daemon step's or the batch
     # script's SLURM_* (never their own), so they come after "slurm" and before the job-level
     # fallback below, which would refuse them.
-    # Cray PALS ranks (PBS Pro's HPE mpiexec; srun --mpi=cray_shasta tasks whose SLURM_* are
-    # hidden): PALS_RANKID. After "slurm": a cray_shasta task carries PALS_RANKID equal to
-    # SLURM_PROCID and Slurm's own variables stay its truth. Never PBS_JOBID alone, which
-    # Slurm's spank_pbs plugin also sets. Before "outside_step": a PALS rank is its launcher's.
-    "pals",
     # Inside a Slurm job but in no step of srun tasks (batch script, salloc shell, extern
     # step; salloc's interactive step is one process): after every launcher that can run
     # inside a job, before the hand-set variables, which a batch script often exports.
