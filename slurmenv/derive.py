@@ -10,6 +10,8 @@ Shared by every launcher, so each rule lives once:
   an inherited ``MASTER_PORT`` > ports Slurm reserved > the formula from the launcher's port
   seed (``ports.block_ports``) > a free port for a single process > refused, asking for
   ``--port``; every chosen port is checked against the ephemeral range;
+* ports an MPI runtime binds itself (:data:`RUNTIME_PORTS`: libpals's ``PMI_CONTROL_PORT``)
+  are never ``MASTER_PORT`` nor a TensorFlow port, whichever step of the precedence chose them;
 * GPU lists and thread counts (``gpus.py``, ``threads.py``) when the task's Slurm variables
   are its own.
 """
@@ -178,6 +180,33 @@ def address(
     return master_addr, source
 
 
+#: Variables naming ports an MPI runtime binds itself on every node of the launch: libpals's
+#: PMI_CONTROL_PORT (HPE PALS mpiexec; Slurm's cray_shasta hands it the step's first reserved
+#: port, observed in tests/fixtures/pals/; Flux's cray-pals plugin). The same list on every
+#: node, so skipping them keeps all tasks in agreement.
+RUNTIME_PORTS = ("PMI_CONTROL_PORT",)
+
+
+def runtime_ports(environ: Mapping[str, str]) -> dict[int, str]:
+    """Port -> ``NAME=value`` for every port an MPI runtime binds itself (never ours)."""
+    taken: dict[int, str] = {}
+    for name in RUNTIME_PORTS:
+        text = environ.get(name)
+        if text:
+            for port in ports.parse_port_list(text, name):
+                taken[port] = f"{name}={text}"
+    return taken
+
+
+def _runtime_port(port: int, why: str, taken: dict[int, str], variable: str) -> SlurmEnvError:
+    return SlurmEnvError(
+        f"{why} would make MASTER_PORT {port}, which {taken[port]} gives the MPI runtime "
+        "(libpals binds it itself)",
+        variable=variable, value=str(port),
+        fix="choose another port (--port or SLURMENV_PORT), the same in every task",
+    )
+
+
 def port_plan(
     task: Task,
     environ: Mapping[str, str],
@@ -206,20 +235,41 @@ def port_plan(
         else:
             master, why, variable = free_port(options.port_range), FREE_PORT_SOURCE, "--port"
         return ports.Ports(master, [free_port(options.port_range, avoid=master)], why, variable)
+    taken = runtime_ports(environ)
     if explicit is not None:
         port, why, variable = explicit
-        tf = [port + 1 + k for k in range(per_node) if port + 1 + k <= 65535]
+        if port in taken:
+            raise _runtime_port(port, why, taken, variable)
+        tf = [port + 1 + k for k in range(per_node + len(taken)) if port + 1 + k <= 65535]
+        tf = [p for p in tf if p not in taken][:per_node]
         plan = ports.Ports(port, tf, f"{why}; TensorFlow ports follow it", variable)
     elif task.reserved_ports is not None:
         variable, reserved = task.reserved_ports
         listed = ports.parse_port_list(reserved, variable)
-        plan = ports.Ports(
-            listed[0], listed[1:], f"{variable}={reserved} (reserved by Slurm)", variable
-        )
+        source = f"{variable}={reserved} (reserved by Slurm)"
+        skipped = sorted({p for p in listed if p in taken})
+        if skipped:
+            listed = [p for p in listed if p not in taken]
+            names = sorted({taken[p] for p in skipped})
+            source += f" without {', '.join(map(str, skipped))} ({', '.join(names)}: the MPI " \
+                "runtime's own)"
+        if not listed:
+            raise SlurmEnvError(
+                f"every port of {variable}={reserved} is the MPI runtime's own "
+                f"({', '.join(sorted(set(taken.values())))})",
+                variable=variable, value=reserved,
+                fix=f"reserve more ports with srun --resv-ports={per_node + 1 + len(skipped)}, "
+                "or give a port with --port",
+            )
+        plan = ports.Ports(listed[0], listed[1:], source, variable)
     elif task.port_seed is not None:
         ports.check_range_outside(options.port_range, ephemeral, "SLURMENV_PORT_RANGE")
         job, launch = task.port_seed
         plan = ports.block_ports(job, launch, options.port_range, per_node)
+        if plan.master in taken:
+            raise _runtime_port(plan.master, "the port formula", taken, "MASTER_PORT")
+        source = f"{plan.source} (from {task.port_seed_source})"
+        plan = ports.Ports(plan.master, [p for p in plan.tf if p not in taken], source)
     else:
         raise SlurmEnvError(
             f"MASTER_PORT cannot be derived: {task.port_seed_source}",

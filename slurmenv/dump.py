@@ -7,7 +7,10 @@ A dump is a JSON file holding
 * ``ephemeral_range``: this node's ``/proc/sys/net/ipv4/ip_local_port_range``;
 * ``step_evidence``: local evidence of a Slurm task step (a ``slurmstepd`` ancestor), which
   refuses the single-process default in a scrubbed environment;
-* ``files``: the content of ``SLURM_HOSTFILE`` (``-m arbitrary``), which the layout needs;
+* ``files``: the content of the files the launchers read (:data:`FILE_VARIABLES`: Slurm's
+  ``SLURM_HOSTFILE`` for ``-m arbitrary``, PALS's apinfo file, ``PBS_NODEFILE``, LSF's rank
+  file), which the layout needs and which may be gone later (PALS removes its apinfo file when
+  the application ends); binary ones (the apinfo file) under ``binary_files``, base64;
 * ``options``: resolution options given on the command line of ``dump``;
 * ``resolution``: what slurmenv resolved there (or the error it gave), so a replay can prove it
   reproduces the same answer;
@@ -151,15 +154,33 @@ def _affinity() -> int | None:
     return len(getaffinity(0)) if getaffinity is not None else None
 
 
-def _read_hostfile(environ: Mapping[str, str]) -> dict[str, str]:
-    path = environ.get("SLURM_HOSTFILE")
-    if not path:
-        return {}
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return {"SLURM_HOSTFILE": handle.read()}
-    except OSError:
-        return {}
+#: Variables naming files a launcher reads to lay out the task: the launcher modules' FILES.
+FILE_VARIABLES = ("SLURM_HOSTFILE", "PALS_APINFO", "PBS_NODEFILE", "LSB_DJOB_RANKFILE")
+
+
+def _read_files(environ: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(text files, binary files base64) named by :data:`FILE_VARIABLES` and readable here."""
+    import base64
+
+    text: dict[str, str] = {}
+    binary: dict[str, str] = {}
+    for name in FILE_VARIABLES:
+        path = environ.get(name)
+        if not path:
+            continue
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read(1 << 24)
+        except OSError:
+            continue
+        try:
+            if b"\0" not in data:
+                text[name] = data.decode("utf-8")
+                continue
+        except UnicodeDecodeError:
+            pass
+        binary[name] = base64.b64encode(data).decode("ascii")
+    return text, binary
 
 
 def collect(
@@ -182,8 +203,8 @@ def collect(
         "cpu_affinity": _affinity(),
         "options": opts,
         "environ": select(env),
-        "files": _read_hostfile(env),
     }
+    data["files"], data["binary_files"] = _read_files(env)
     from .launchers import evidence
 
     found = evidence.find()
@@ -219,23 +240,32 @@ class Dump(NamedTuple):
     version: str
     created: str
     step_evidence: str | None = None
+    binary_files: dict[str, str] = {}  # noqa: RUF012 - NamedTuple default, never mutated
 
     @contextmanager
     def environment(self) -> Iterator[dict[str, str]]:
         """The recorded environment, to resolve inside the ``with`` block.
 
-        ``SLURM_HOSTFILE`` points at a temporary copy of the recorded host file. Resolve with
-        :attr:`replay_options`, which carry the recorded task's CPU count.
+        Each recorded file (``SLURM_HOSTFILE``, the PALS apinfo file, ...) is a temporary copy
+        its variable points at. Resolve with :attr:`replay_options`, which carry the recorded
+        task's CPU count.
         """
+        import base64
+
         env = dict(self.environ)
-        if "SLURM_HOSTFILE" not in self.files:
+        if not self.files and not self.binary_files:
             yield env
             return
         with tempfile.TemporaryDirectory(prefix="slurmenv-replay-") as tmp:
-            path = os.path.join(tmp, "hostfile")
-            with open(path, "w", encoding="utf-8") as handle:
-                handle.write(self.files["SLURM_HOSTFILE"])
-            env["SLURM_HOSTFILE"] = path
+            copies = [(name, content.encode("utf-8")) for name, content in self.files.items()]
+            copies += [(name, base64.b64decode(content)) for name, content in self.binary_files.items()]
+            for name, content in copies:
+                if name not in FILE_VARIABLES:
+                    continue
+                path = os.path.join(tmp, name.lower())
+                with open(path, "wb") as handle:
+                    handle.write(content)
+                env[name] = path
             yield env
 
     @property
@@ -256,7 +286,7 @@ class Dump(NamedTuple):
             res = resolve(
             env, ephemeral_range=self.ephemeral_range, step_evidence=self.step_evidence, **opts
         )
-            try:  # read SLURM_HOSTFILE while the copy exists
+            try:  # read the recorded files while the copies exist
                 res.node_of  # noqa: B018 - computes and caches the layout
             except SlurmEnvError:
                 pass
@@ -313,6 +343,7 @@ def load(path: str) -> Dump:
         cpu_affinity=int(data["cpu_affinity"]) if data.get("cpu_affinity") else None,
         options=dict(data.get("options") or {}),
         files=dict(data.get("files") or {}),
+        binary_files=dict(data.get("binary_files") or {}),
         recorded=data.get("resolution"),
         probe=data.get("probe"),
         hostname=str(data.get("hostname", "")),

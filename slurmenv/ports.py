@@ -94,6 +94,16 @@ def parse_port_list(text: str, variable: str) -> list[int]:
     return ports
 
 
+def stable_hash(text: str) -> int:
+    """FNV-1a (32 bits) of ``text``, the same in every process (``hash()`` is salted): turns a
+    launcher's job or launch ID that is not a small sequential number (a PALS APID, a Flux
+    job ID whose low bits are a per-millisecond sequence) into a port seed spread like one."""
+    value = 0x811C9DC5
+    for byte in text.encode():
+        value = ((value ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return value
+
+
 def block_ports(job_id: int, step_id: int, port_range: tuple[int, int], tasks_here: int) -> Ports:
     """The formula: job block ``job_id % 1000``, offset ``step_id % W`` inside it."""
     lo, hi = port_range

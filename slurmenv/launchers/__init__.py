@@ -24,10 +24,24 @@ REGISTRY = (
     # torchrun numbered its processes itself, so its values win, even inside an srun task
     # whose SLURM_* describe the agent's task, not the worker.
     "torchrun",
+    # A task that a Flux job shell started (FLUX_TASK_RANK): a Flux instance inside a Slurm
+    # allocation (srun flux start) hands its jobs the broker's SLURM_*, which describe the
+    # broker, not the task; and Flux's cray-pals plugin sets PALS_* too ("pals" below).
+    "flux",
     # A real Slurm step task whose SLURM_* are its own (base.slurm_step_is_own): srun tasks,
     # and srun --mpi=pmi2/cray_shasta ranks whose PMI_*/PALS_* agree with SLURM_PROCID.
     # Before the MPI launchers: those signals are also present in such tasks.
     "slurm",
+    # LSF jsrun tasks (JSM_NAMESPACE_RANK/SIZE): before the MPI launchers, since jsrun starts
+    # Spectrum MPI ranks that carry OMPI_COMM_WORLD_* too, while JSM_NAMESPACE_* and LSB_*
+    # tell the job's hosts. LSF jobs carry no SLURM_*.
+    "lsf",
+    # Cray PALS ranks (PBS Pro's HPE mpiexec; srun --mpi=cray_shasta tasks whose SLURM_* are
+    # hidden): PALS_RANKID. After "slurm": a cray_shasta task carries PALS_RANKID equal to
+    # SLURM_PROCID and Slurm's own variables stay its truth. Before the MPI launchers: PALS
+    # ranks carry PMI_RANK/PMI_SIZE too. Never PBS_JOBID alone, which Slurm's spank_pbs plugin
+    # also sets. Before "outside_step": a PALS rank is its launcher's, even inside a job.
+    "pals",
     # MPI launchers (mpirun, mpiexec) go here: their ranks inherit a daemon step's or the batch
     # script's SLURM_* (never their own), so they come after "slurm" and before the job-level
     # fallback below, which would refuse them.
@@ -36,6 +50,11 @@ REGISTRY = (
     # process each). After every launcher that can run inside a job, before the hand-set
     # variables, which a batch script often exports.
     "outside_step",
+    # A pod of a Kubernetes training operator (KUBERNETES_SERVICE_HOST with RANK/WORLD_SIZE or
+    # PET_NNODES): before "preset", which would take the operator's RANK (a pod index) as a
+    # process rank on trust; after everything that runs inside a pod on its own (torchrun's
+    # workers, a Slurm step), whose variables describe the process.
+    "k8s",
     # Any rank-like variable set by hand outside Slurm: complete or refused. After every
     # launcher, whose own variables describe the task better than inherited ones.
     "preset",
@@ -49,6 +68,7 @@ REGISTRY = (
 #: Only worth it for launchers before ``slurm`` in the registry, which every step task tries.
 SIGNALS = {
     "torchrun": ("TORCHELASTIC_RUN_ID",),
+    "flux": ("FLUX_TASK_RANK",),
 }
 
 

@@ -279,15 +279,18 @@ def too_few_tf_ports(plan: ports.Ports, needed: int, environ: Mapping[str, str])
         f"({plan.source})"
     )
     without = "or export without TF_CONFIG (--for torch)"
+    from ..derive import runtime_ports  # ports the MPI runtime takes need reserving too
+
+    reserve = needed + 1 + len(runtime_ports(environ))
     if plan.variable == "SLURM_STEP_RESV_PORTS":
-        fix = (f"reserve enough ports: srun --resv-ports={needed + 1} (MASTER_PORT and one "
+        fix = (f"reserve enough ports: srun --resv-ports={reserve} (MASTER_PORT and one "
                f"TensorFlow port per task on a node), {without}")
     elif plan.variable in ("MASTER_PORT", "--port", "SLURMENV_PORT"):
         fix = (f"the TensorFlow ports follow {plan.variable} and would pass 65535: choose a "
                f"lower port, {without}")
     else:
         fix = (f"use a wider --port-range (SLURMENV_PORT_RANGE), reserve ports with srun "
-               f"--resv-ports={needed + 1}, {without}")
+               f"--resv-ports={reserve}, {without}")
     value = environ.get(plan.variable)
     return SlurmEnvError(message, variable=plan.variable, value=value, fix=fix)
 

@@ -1,0 +1,127 @@
+"""Flux tasks (``flux run``, ``flux submit``): documented variables only, Flux is not installed
+here (``tests/fixtures/beyond/flux.json`` cites flux-core's ``src/shell/task.c`` and
+flux-coral2's ``cray_pals.c``).
+
+Every task gets ``FLUX_TASK_RANK``, ``FLUX_TASK_LOCAL_ID``, ``FLUX_JOB_SIZE``,
+``FLUX_JOB_NNODES`` and ``FLUX_JOB_ID`` (and ``PMI_RANK``/``PMI_SIZE`` for Flux's simple PMI,
+checked). They tell neither the node list, nor which node a task is on, nor how many tasks a
+node runs, so:
+
+* with Flux's ``cray-pals`` shell plugin (``flux run -o pmi=cray-pals``) the apinfo file it
+  writes (``PALS_APINFO``, format version 1) gives the layout and rank 0's host;
+* otherwise the layout is known only when it can be one way (a single node, or one task per
+  node); ``MASTER_ADDR`` must be given (``--master-addr``), never guessed. Anything else is
+  refused, naming the way out.
+
+``FLUX_JOB_ID``, hashed (``ports.stable_hash``: its low bits are a per-millisecond sequence),
+seeds the port. Registry: before ``slurm``: a Flux instance started inside a Slurm allocation
+(``srun flux start``) hands its jobs the broker's ``SLURM_*``, which are not the task's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..errors import SlurmEnvError, parse_int, require
+from ..options import Options
+from ..ports import stable_hash
+from .base import Task, Topology
+
+NAME = "flux"
+VARIABLES = (
+    "FLUX_TASK_RANK", "FLUX_TASK_LOCAL_ID", "FLUX_JOB_SIZE", "FLUX_JOB_NNODES", "FLUX_JOB_ID",
+    "PMI_RANK", "PMI_SIZE", "PALS_RANKID", "PALS_NODEID", "PALS_APINFO", "PMI_CONTROL_PORT",
+)  # fmt: skip
+PREFIXES = ("FLUX_",)
+FIX = "run slurmenv inside a task that flux run/submit started; Flux sets this in every task"
+LAYOUT_FIX = (
+    "run with flux run -o pmi=cray-pals (its apinfo file tells every task's node), or one "
+    "task per node, or a single node"
+)
+
+
+def detect(environ: Mapping[str, str]) -> bool:
+    """A task that a Flux job shell started."""
+    return bool(environ.get("FLUX_TASK_RANK") and environ.get("FLUX_JOB_SIZE"))
+
+
+def _get(environ: Mapping[str, str], name: str, minimum: int = 0) -> int:
+    return parse_int(name, require(environ, name, FIX), minimum=minimum)
+
+
+def _agree(environ: Mapping[str, str], name: str, value: int, told: str) -> None:
+    text = environ.get(name)
+    if text and parse_int(name, text) != value:
+        raise SlurmEnvError(
+            f"{name}={text} but {told}", variable=name, value=text,
+            fix="these come from the same Flux job: do not set them by hand",
+        )
+
+
+def read(environ: Mapping[str, str], options: Options) -> Task:
+    """One Flux task; the layout from the cray-pals apinfo file or the two one-way cases."""
+    rank = _get(environ, "FLUX_TASK_RANK")
+    local = _get(environ, "FLUX_TASK_LOCAL_ID")
+    world = _get(environ, "FLUX_JOB_SIZE", minimum=1)
+    nnodes = _get(environ, "FLUX_JOB_NNODES", minimum=1)
+    job = require(environ, "FLUX_JOB_ID", FIX)
+    if rank >= world or nnodes > world:
+        raise SlurmEnvError(
+            f"FLUX_TASK_RANK={rank}, FLUX_JOB_SIZE={world}, FLUX_JOB_NNODES={nnodes} do not fit",
+            variable="FLUX_TASK_RANK", value=str(rank), fix=FIX,
+        )
+    _agree(environ, "PMI_RANK", rank, f"FLUX_TASK_RANK={rank}")
+    _agree(environ, "PMI_SIZE", world, f"FLUX_JOB_SIZE={world}")
+    seed = (stable_hash(job), 0)
+    seed_source = f"FLUX_JOB_ID={job} hashed"
+    sources = {
+        "RANK": f"FLUX_TASK_RANK={rank}", "LOCAL_RANK": f"FLUX_TASK_LOCAL_ID={local}",
+        "WORLD_SIZE": f"FLUX_JOB_SIZE={world}", "NNODES": f"FLUX_JOB_NNODES={nnodes}",
+    }
+    origin = f"a task of Flux job {job}"
+    if environ.get("PALS_APINFO"):
+        _agree(environ, "PALS_RANKID", rank, f"FLUX_TASK_RANK={rank}")
+        from . import pals
+
+        task = pals.apinfo_task(environ, rank, environ["PALS_APINFO"])
+        for name, value, mine in (("FLUX_JOB_SIZE", world, task.world_size),
+                                  ("FLUX_JOB_NNODES", nnodes, task.nnodes),
+                                  ("FLUX_TASK_LOCAL_ID", local, task.local_rank)):  # fmt: skip
+            if value != mine:
+                raise SlurmEnvError(
+                    f"{name}={value} but the apinfo file (PALS_APINFO) says {mine}",
+                    variable=name, value=str(value),
+                    fix="PALS_APINFO must be the file Flux's cray-pals plugin wrote for this job",
+                )
+        return task._replace(
+            launcher=NAME, sources={**task.sources, **sources}, port_seed=seed,
+            port_seed_source=seed_source, job_id=job, step_id=None, origin=origin,
+            label=f"Flux job {job}",
+        )
+    if nnodes == 1:
+        local_world, node, why = world, 0, "FLUX_JOB_NNODES=1: every task on one node"
+    elif world == nnodes:
+        local_world, node, why = 1, rank, f"FLUX_JOB_SIZE=FLUX_JOB_NNODES={world}: one task per node"
+    else:
+        raise SlurmEnvError(
+            f"Flux does not tell which of the {nnodes} nodes runs this task, nor how many "
+            f"tasks each runs ({world} tasks)",
+            variable="FLUX_JOB_NNODES", value=str(nnodes), fix=LAYOUT_FIX,
+        )
+    if local >= local_world:
+        raise SlurmEnvError(
+            f"FLUX_TASK_LOCAL_ID={local} but {why}", variable="FLUX_TASK_LOCAL_ID",
+            value=str(local), fix=FIX,
+        )
+    sources.update({
+        "LOCAL_WORLD_SIZE": f"{local_world}: {why}", "NODE_RANK": f"{node}: {why}",
+        "GROUP_RANK": f"{node}: {why}",
+    })  # fmt: skip
+    return Task(
+        launcher=NAME, rank=rank, local_rank=local, world_size=world,
+        local_world_size=local_world, node_rank=node, nnodes=nnodes, hostname="",
+        sources=sources, master_host=None,
+        master_source="Flux tasks carry no host list (without -o pmi=cray-pals)",
+        port_seed=seed, port_seed_source=seed_source, reserved_ports=None, topology=Topology(),
+        job_id=job, origin=origin, label=f"Flux job {job}",
+    )
