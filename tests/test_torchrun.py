@@ -197,8 +197,13 @@ def test_static_backend_gets_master_address_and_node_rank() -> None:
 def test_standalone_single_node_only_gets_nproc() -> None:
     launch = build(node_env(["n1"], [1], 0, CUDA_VISIBLE_DEVICES="0,1"), ["--standalone", *SCRIPT])
     assert launch.filled == {"nproc-per-node": "2"}
-    with pytest.raises(SlurmEnvError, match="single-node"):
+    with pytest.raises(SlurmEnvError, match="single-node") as info:
         build(node_env(HOSTS, [1, 1, 1], 0), ["--standalone", *SCRIPT])
+    # the step's node count is at fault, not an option shown as a variable (issue 10)
+    assert (info.value.variable, info.value.value) == ("SLURM_STEP_NUM_NODES", "3")
+    with pytest.raises(SlurmEnvError) as info:
+        build(node_env(HOSTS, [1, 1, 1], 0, PET_STANDALONE="1"), SCRIPT)
+    assert (info.value.variable, info.value.value) == ("PET_STANDALONE", "1")
 
 
 def test_scan_finds_the_script_after_options_with_values() -> None:
