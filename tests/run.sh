@@ -8,7 +8,7 @@ PY=${PYTHON:-python3}
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   missing=""
-  for pkg in slurmctld slurmd slurm-client iproute2 fish tcsh zsh shellcheck; do
+  for pkg in slurmctld slurmd slurm-client iproute2 fish tcsh zsh shellcheck openmpi-bin mpich; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
   done
   if [ -n "$missing" ]; then
