@@ -311,6 +311,7 @@ def test_tf_config_is_refused_with_the_way_out(name: str) -> None:
     res = resolve(launch(name)[0]["env"])
     with pytest.raises(SlurmEnvError) as info:
         res.env("all")
+    assert info.value.variable == "TF_CONFIG"
     assert info.value.fix and "--for torch" in info.value.fix
     assert "RANK" in res.env("torch")
 

@@ -129,12 +129,11 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
         local_world_size=counts.local_size, node_rank=node_rank, nnodes=nnodes,
         hostname=hostname, sources=sources, master_host=master.host,
         master_source=master.source, port_seed=port_seed, port_seed_source=seed_source,
-        reserved_ports=reserved, topology=mpi.MpiTopology(WHO, COUNTS[0]), job_id=job,
+        reserved_ports=reserved, topology=mpi.MpiTopology(WHO), job_id=job,
         step_id=step.id if step else None, own_bindings=False,
         notes=(
             ("SLURM_PROCID/SLURM_LOCALID/SLURM_STEP_NUM_TASKS here are Hydra's proxy step's, not "
             "this rank's"),
-            mpi.BINDINGS_NOTE.format(what="Hydra's proxy step or the job"),
         ),
         origin=origin, label=f"Hydra job {job or '-'}" + (f" proxy step {step.id}" if step else ""),
     )

@@ -50,11 +50,9 @@ LEAK_FIX = (
     "before that srun: env -u {var} …); start MPI ranks either with one mpirun/mpiexec in the batch "
     "script or with srun --mpi=pmi2"
 )
-TF_FIX = "export without TF_CONFIG (--for torch), or start one task per process with srun"
-BINDINGS_NOTE = (
-    "GPU lists and thread counts left alone: the SLURM_CPUS_PER_TASK/SLURM_GPUS_* here describe "
-    "{what}, not this rank (set OMP_NUM_THREADS and the GPU choice per rank yourself, e.g. "
-    "from LOCAL_RANK)"
+TF_FIX = (
+    "export without TF_CONFIG: slurmenv export --for torch (or slurmenv exec --for torch --), "
+    "or start one task per process with srun"
 )
 
 
@@ -218,16 +216,16 @@ def one_node_master(counts: Counts) -> Master:
 
 class MpiTopology(Topology):
     """An MPI launch does not tell where every rank runs: hosts, layout and TF_CONFIG are
-    refused with the reason and the way out."""
+    refused with the reason and the way out (``--for torch``)."""
 
-    def __init__(self, who: str, variable: str) -> None:
-        self.who, self.variable = who, variable
+    def __init__(self, who: str) -> None:
+        self.who = who
 
     def _refuse(self, what: str) -> SlurmEnvError:
         return SlurmEnvError(
             f"{what} cannot be built: {self.who} tells each rank only its own rank, local rank "
             "and counts, not where the other ranks run",
-            variable=self.variable,
+            variable="TF_CONFIG",
             fix=TF_FIX,
         )
 
@@ -235,9 +233,6 @@ class MpiTopology(Topology):
         raise self._refuse("the node list")
 
     def node_of(self) -> list[int]:
-        raise self._refuse("the rank layout")
-
-    def local_of(self) -> list[int]:
         raise self._refuse("the rank layout")
 
     def tf_workers(self) -> list[str]:

@@ -61,9 +61,8 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
         sources=sources, master_host=master.host, master_source=master.source,
         port_seed=None, port_seed_source="MVAPICH2 sets no id shared by the ranks of one launch "
         "(pass --port, e.g. mpirun_rsh … SLURMENV_PORT=29500 …)",
-        reserved_ports=None, topology=mpi.MpiTopology(WHO, COUNTS[0]), job_id=job,
+        reserved_ports=None, topology=mpi.MpiTopology(WHO), job_id=job,
         step_id=step_text, own_bindings=False,
-        notes=(mpi.BINDINGS_NOTE.format(what="the job, not this rank"),),
         origin="a rank of MVAPICH2's mpirun_rsh" + (f" in Slurm job {job}" if job else ""),
         label="MVAPICH2",
     )

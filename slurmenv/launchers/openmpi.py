@@ -156,9 +156,9 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
         local_world_size=counts.local_size, node_rank=node_rank, nnodes=nnodes,
         hostname=node or "", sources=sources, master_host=master.host,
         master_source=master.source, port_seed=port_seed, port_seed_source=seed_source,
-        reserved_ports=None, topology=mpi.MpiTopology(WHO, COUNTS[0]), job_id=job,
+        reserved_ports=None, topology=mpi.MpiTopology(WHO), job_id=job,
         step_id=step.id if step else None, own_bindings=False,
-        notes=(*notes, mpi.BINDINGS_NOTE.format(what="the job or Open MPI's daemon step")),
+        notes=tuple(notes),
         origin=origin, label=f"Open MPI job {job or '-'}",
     )
 
