@@ -324,3 +324,16 @@ def test_dump_keeps_the_mpi_variables_redacted_and_replays(name: str) -> None:
             assert kept["OMPI_MCA_orte_precondition_transports"] == base.REDACTED
         options = {"port": 29500} if "local" in name else {}
         assert resolve(kept, **options).env("torch") == resolve(r["env"], **options).env("torch")
+
+
+def test_hydra_one_rank_per_node_is_not_taken_for_an_srun_task() -> None:
+    """``mpiexec -ppn 1 -n 3`` on 3 nodes: PMI_RANK/PMI_SIZE equal the proxy step's
+    SLURM_PROCID/SLURM_STEP_NUM_TASKS (as in srun --mpi=pmi2 tasks), but the proxy step's
+    SLURM_GTIDS is not (Hydra copies the batch script's): MPI_LOCALRANKID tells them apart."""
+    ranks = [r for r in launch("hydra_ppn") if r["env"]["MPI_LOCALRANKID"] == "0"]
+    for k, r in enumerate(ranks):  # one rank per proxy, as -ppn 1 gives
+        env = {**r["env"], "PMI_RANK": str(k), "PMI_SIZE": "4", "MPI_LOCALNRANKS": "1"}
+        assert env["SLURM_PROCID"] == str(k) and env["SLURM_STEP_NUM_TASKS"] == "4"
+        assert launchers.detect(env).NAME == "hydra"
+        res = resolve(env)
+        assert (res.rank, res.world_size, res.node_rank, res.master_addr) == (k, 4, k, "r1n09")

@@ -25,7 +25,8 @@ import torch.distributed as dist
 
 NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
          "NNODES", "MASTER_ADDR", "MASTER_PORT")
-TIMEOUT = 60.0
+# CHECK_TIMEOUT: a loaded 2-core machine may need longer than a minute to start many ranks
+TIMEOUT = float(os.environ.get("CHECK_TIMEOUT", "60"))
 
 start = time.monotonic()
 if os.environ["RANK"] != "0":
