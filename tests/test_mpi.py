@@ -264,7 +264,7 @@ def test_explicit_port_wins_and_ephemeral_ports_are_refused() -> None:
     assert resolve({**env, "MASTER_PORT": "23457"}).master_port == 23457
     err = refusal(env, port_range="30000-40000")
     assert err.variable == "SLURMENV_PORT_RANGE"
-    assert refusal(env, port=40000).variable == "net.ipv4.ip_local_port_range"
+    assert refusal(env, port=40000).variable == "--port"  # the ephemeral port names its origin
 
 
 # -- Open MPI 5.x and MVAPICH2: documented variables only --------------------------------------

@@ -57,7 +57,7 @@ WHO = "Hydra's mpiexec"
 
 def detect(environ: Mapping[str, str]) -> bool:
     """MPI_LOCALRANKID: only Hydra sets it (PMI_RANK alone is also srun --mpi=pmi2's, PALS's)."""
-    return "MPI_LOCALRANKID" in environ
+    return bool(environ.get("MPI_LOCALRANKID"))
 
 
 def read(environ: Mapping[str, str], options: Options) -> Task:

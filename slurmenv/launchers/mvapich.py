@@ -32,7 +32,7 @@ WHO = "MVAPICH2's mpirun_rsh"
 
 
 def detect(environ: Mapping[str, str]) -> bool:
-    return "MV2_COMM_WORLD_RANK" in environ
+    return bool(environ.get("MV2_COMM_WORLD_RANK"))
 
 
 def read(environ: Mapping[str, str], options: Options) -> Task:

@@ -70,7 +70,7 @@ MPI_BLOCK_SHIFT = 500
 
 def detect(environ: Mapping[str, str]) -> bool:
     """Open MPI (or, later in the registry, LSF's jsrun) set OMPI_COMM_WORLD_RANK."""
-    return "OMPI_COMM_WORLD_RANK" in environ
+    return bool(environ.get("OMPI_COMM_WORLD_RANK"))
 
 
 def _launch_id(environ: Mapping[str, str]) -> tuple[int, str] | None:
