@@ -337,3 +337,13 @@ def test_hydra_one_rank_per_node_is_not_taken_for_an_srun_task() -> None:
         assert launchers.detect(env).NAME == "hydra"
         res = resolve(env)
         assert (res.rank, res.world_size, res.node_rank, res.master_addr) == (k, 4, k, "r1n09")
+
+
+def test_dump_file_names_are_per_rank_under_mpi() -> None:
+    """srun's %t is SLURM_PROCID, which the three ranks on mpirun's node share (the batch
+    script's 0): the dump's default file name takes the resolved rank instead."""
+    ranks = launch("openmpi_default")
+    names = {dump.expand_output(dump.DEFAULT_OUTPUT, r["env"], resolve(r["env"]).to_dict())
+             for r in ranks}
+    assert len(names) == len(ranks)
+    assert len({dump.expand_output(dump.DEFAULT_OUTPUT, r["env"]) for r in ranks}) < len(ranks)
