@@ -121,6 +121,9 @@ def test_torch_all_reduce_under_mpi(slurm_cluster: SlurmCluster, name: str) -> N
 # -- 2. two launches at the same time in one job -----------------------------------------------
 PAIR = """meet=$(mktemp -d)
 export CHECK_MEET_DIR=$meet CHECK_MEET_COUNT=2 CHECK_TIMEOUT=200
+# the launchers' daemon steps share the nodes (srun --overlap): else the second waits for the
+# first's CPUs, and the first's rank 0 for the second's
+export SLURM_OVERLAP=1
 launch a {a} bash -c 'export CHECK_MEET_NAME=a; eval $(slurmenv export --for torch); echo PORT $MASTER_PORT; exec python {check}' > a.out 2>&1 &
 launch b {b} bash -c 'export CHECK_MEET_NAME=b; eval $(slurmenv export --for torch); echo PORT $MASTER_PORT; exec python {check}' > b.out 2>&1 &
 wait
