@@ -115,13 +115,21 @@ def select(environ: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-def expand_output(pattern: str, environ: Mapping[str, str]) -> str:
-    """srun-style file name patterns: %j job, %s step, %t rank, %n node index, %N host, %%."""
+def expand_output(
+    pattern: str, environ: Mapping[str, str], resolved: Mapping[str, Any] | None = None
+) -> str:
+    """srun-style file name patterns: %j job, %s step, %t rank, %n node index, %N host, %%.
+
+    ``resolved`` (a resolution's ``to_dict()``) gives the rank and node index when known: an
+    MPI rank's SLURM_PROCID/SLURM_NODEID are a daemon step's or the batch script's, the same
+    in several ranks, whose dumps would overwrite each other.
+    """
+    summary = resolved or {}
     values = {
         "j": environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID") or "nojob",
         "s": environ.get("SLURM_STEP_ID") or environ.get("SLURM_STEPID") or "nostep",
-        "t": environ.get("SLURM_PROCID") or "0",
-        "n": environ.get("SLURM_NODEID") or "0",
+        "t": str(summary.get("rank", environ.get("SLURM_PROCID") or "0")),
+        "n": str(summary.get("node_rank", environ.get("SLURM_NODEID") or "0")),
         "N": environ.get("SLURMD_NODENAME") or socket.gethostname(),
         "%": "%",
     }
@@ -469,7 +477,7 @@ def main(argv: Sequence[str]) -> int:
     if args.output == "-":
         sys.stdout.write(text)
         return 0
-    path = expand_output(args.output, os.environ)
+    path = expand_output(args.output, os.environ, data["resolution"].get("summary"))
     try:
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(text)

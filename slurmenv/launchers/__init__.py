@@ -42,9 +42,19 @@ REGISTRY = (
     # ranks carry PMI_RANK/PMI_SIZE too. Never PBS_JOBID alone, which Slurm's spank_pbs plugin
     # also sets. Before "outside_step": a PALS rank is its launcher's, even inside a job.
     "pals",
-    # MPI launchers (mpirun, mpiexec) go here: their ranks inherit a daemon step's or the batch
-    # script's SLURM_* (never their own), so they come after "slurm" and before the job-level
-    # fallback below, which would refuse them.
+    # MPI launchers: their ranks inherit a daemon step's or the batch script's SLURM_* (never
+    # their own), so they come after "slurm" (which keeps srun --mpi=pmi2 tasks, whose PMI_*
+    # agree with SLURM_PROCID) and before the job-level fallback below, which would refuse them
+    # (docs/launchers.md).
+    # Open MPI (OMPI_COMM_WORLD_RANK). LSF's jsrun sets OMPI_COMM_WORLD_* too: its module (with
+    # its own JSM_*/LSB_* signal) must come before this line.
+    "openmpi",
+    # Hydra: MPICH/Intel MPI mpiexec (MPI_LOCALRANKID, which only Hydra sets; PMI_RANK alone is
+    # also srun --mpi=pmi2's and Cray PALS's, whose module must detect PALS_* and come before).
+    "hydra",
+    # MVAPICH2 mpirun_rsh (MV2_COMM_WORLD_RANK): after hydra, since MVAPICH2's Hydra mpiexec
+    # sets both and Hydra's variables say more.
+    "mvapich",
     # Inside a Slurm job but in no step of srun tasks (batch script, salloc shell, extern
     # step): refused, except a job of exactly one task and salloc's interactive step (one
     # process each). After every launcher that can run inside a job, before the hand-set
@@ -69,6 +79,10 @@ REGISTRY = (
 SIGNALS = {
     "torchrun": ("TORCHELASTIC_RUN_ID",),
     "flux": ("FLUX_TASK_RANK",),
+    # not imported in a batch script or salloc shell that no MPI launcher started
+    "openmpi": ("OMPI_COMM_WORLD_RANK",),
+    "hydra": ("MPI_LOCALRANKID",),
+    "mvapich": ("MV2_COMM_WORLD_RANK",),
 }
 
 

@@ -73,6 +73,11 @@ def slurm_step_is_own(environ: Mapping[str, str]) -> bool:
     step = step_id(environ)
     if step is None or step.strip() in SPECIAL_STEPS:
         return False
+    if "MPI_LOCALRANKID" in environ:
+        # Hydra's own variable (srun --mpi=pmi2 never sets it): a Hydra rank under its proxy
+        # step, whose PMI_RANK/PMI_SIZE equal the proxy's SLURM_PROCID/SLURM_STEP_NUM_TASKS
+        # with one rank per node (mpiexec -ppn 1, observed) although the SLURM_* are not its own.
+        return False
     return foreign_mpi(environ) is None
 
 

@@ -8,7 +8,8 @@ Two knobs for the tests, neither changes what is proven:
 * ranks other than 0 wait until rank 0 listens on ``MASTER_ADDR:MASTER_PORT`` before joining
   (speed only: torch's store client backs off for seconds when it starts first, which it does
   when rank 0 shares a loaded node with other ranks);
-* with ``CHECK_MEET_DIR`` and ``CHECK_MEET_COUNT``, rank 0 joins, writes a file there and waits
+* with ``CHECK_MEET_DIR`` and ``CHECK_MEET_COUNT``, rank 0 joins, writes a file there (named
+  ``CHECK_MEET_NAME``, default ``step-<SLURM_STEP_ID>``) and waits
   until ``CHECK_MEET_COUNT`` steps have done the same before the all_reduce: the steps then hold
   their ``MASTER_PORT`` open at the same time, so equal ports on one node could not both work.
 """
@@ -24,7 +25,8 @@ import torch.distributed as dist
 
 NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
          "NNODES", "MASTER_ADDR", "MASTER_PORT")
-TIMEOUT = 60.0
+# CHECK_TIMEOUT: a loaded 2-core machine may need longer than a minute to start many ranks
+TIMEOUT = float(os.environ.get("CHECK_TIMEOUT", "60"))
 
 start = time.monotonic()
 if os.environ["RANK"] != "0":
@@ -44,7 +46,9 @@ meet = os.environ.get("CHECK_MEET_DIR")
 met = None
 if meet and rank == 0:
     step = os.environ.get("SLURM_STEP_ID", "?")
-    with open(os.path.join(meet, f"step-{step}"), "w") as mark:
+    # CHECK_MEET_NAME: ranks 0 of two mpirun on the batch node have no SLURM_STEP_ID to tell
+    name = os.environ.get("CHECK_MEET_NAME") or f"step-{step}"
+    with open(os.path.join(meet, name), "w") as mark:
         mark.write(os.environ["MASTER_PORT"])
     want = int(os.environ.get("CHECK_MEET_COUNT", "2"))
     while len(os.listdir(meet)) < want and time.monotonic() - start < TIMEOUT:

@@ -1,0 +1,233 @@
+"""Open MPI: ranks started by ``mpirun``/``orterun`` (4.x) or ``mpirun``/``prterun`` (5.x).
+
+Each rank gets ``OMPI_COMM_WORLD_RANK``, ``_SIZE``, ``_LOCAL_RANK``, ``_LOCAL_SIZE`` (4.x and
+5.x, documented in ``mpirun(1)``). What else it has, observed with Open MPI 4.1.4 under Slurm
+22.05.8 (``tests/fixtures/mpi/openmpi_*.json``):
+
+* ranks on ``mpirun``'s own node carry the batch script's Slurm variables (no
+  ``SLURM_STEP_ID``) and ``OMPI_MCA_orte_local_daemon_uri`` = ``OMPI_MCA_orte_hnp_uri``;
+* ranks on other nodes carry the variables of the ``orted`` daemon step (one task per node,
+  ``SLURM_PROCID`` = the daemon's index, the same for every rank of the node), whose
+  ``SLURMD_NODENAME`` is their node;
+* ``OMPI_MCA_ess_base_jobid`` is the same in every rank of one ``mpirun`` and differs between
+  two ``mpirun`` (its upper 16 bits are the job family, made from ``mpirun``'s host and PID);
+  ``OMPI_MCA_orte_num_nodes`` is the number of nodes that hold ranks;
+* the default mapping (by slot), ``--map-by node`` and ``--npernode N`` put rank 0 on
+  ``mpirun``'s node, the batch script's node: the first node of ``SLURM_JOB_NODELIST``
+  (``sbatch(1)``: the script runs on the first node of the allocation). ``--host`` lists in
+  another order do not move it; a ``--host`` list without that node does (rank 0 then runs on
+  the first listed node in allocation order).
+
+**Rank 0's node.** No Open MPI variable names it. Inside a Slurm job slurmenv takes the first
+node of ``SLURM_JOB_NODELIST`` and makes it a fact by two checks each rank can make of itself
+(``SLURMD_NODENAME`` is its node): rank 0 must run there, and the lowest rank there (local rank
+0) must be rank 0. A mapping that puts rank 0 elsewhere is refused by those ranks, and ``mpirun``
+then aborts every rank (it does on a non-zero exit). When all ranks share one node (local size =
+size) the address is loopback. Elsewhere (outside Slurm on several nodes) it is refused: give
+``--master-addr``.
+
+**Ports.** From the Slurm job ID and the job family (``OMPI_MCA_ess_base_jobid >> 16``; 5.x:
+a hash of ``PMIX_NAMESPACE``), in the job's *MPI block* (see ``docs/launchers.md``): block
+``(job + 500) mod 1000`` of the formula, so never a port of the job's own ``srun`` steps.
+Outside Slurm there is no job ID: ``--port`` is required. The daemon step's
+``SLURM_STEP_RESV_PORTS`` are not used: the ranks on ``mpirun``'s node do not see them.
+
+Open MPI 5.x (``prterun``) is supported through the documented variables only
+(``OMPI_COMM_WORLD_*``, ``PMIX_NAMESPACE``): it is not installed here. Without the 4.x
+``OMPI_MCA_orte_*`` variables the node count of a launch over several nodes is unknown, and
+such a launch is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .. import nodes
+from ..errors import SlurmEnvError, parse_int
+from ..options import Options
+from . import mpi
+from .base import Task
+
+NAME = "openmpi"
+COUNTS = (
+    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+)
+VARIABLES = (
+    *COUNTS, "OMPI_COMM_WORLD_NODE_RANK", "OMPI_UNIVERSE_SIZE", "OMPI_MCA_ess_base_jobid",
+    "OMPI_MCA_orte_hnp_uri", "OMPI_MCA_orte_local_daemon_uri", "OMPI_MCA_orte_num_nodes",
+    "PMIX_RANK", "PMIX_NAMESPACE", "PMIX_HOSTNAME",
+    "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_JOB_NODELIST",
+    "SLURM_NODELIST", "SLURMD_NODENAME", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NUM_NODES",
+    "SLURM_STEP_NODELIST", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_PROCID",
+)  # fmt: skip
+#: dump records every OMPI_* and PMIX_* (OMPI_MCA_orte_precondition_transports is redacted).
+PREFIXES = ("OMPI_", "PMIX_")
+WHO = "Open MPI's mpirun"
+#: MPI launches use the job block half the block count away from the job's own (ports.py).
+MPI_BLOCK_SHIFT = 500
+
+
+def detect(environ: Mapping[str, str]) -> bool:
+    """Open MPI (or, later in the registry, LSF's jsrun) set OMPI_COMM_WORLD_RANK."""
+    return bool(environ.get("OMPI_COMM_WORLD_RANK"))
+
+
+def _launch_id(environ: Mapping[str, str]) -> tuple[int, str] | None:
+    """The id every rank of one mpirun shares: the 4.x job family, or a hash of 5.x's
+    PMIX_NAMESPACE."""
+    jobid = environ.get("OMPI_MCA_ess_base_jobid")
+    if jobid:
+        family = parse_int("OMPI_MCA_ess_base_jobid", jobid) >> 16
+        return family, f"Open MPI job family {family} (OMPI_MCA_ess_base_jobid={jobid} >> 16)"
+    namespace = environ.get("PMIX_NAMESPACE")
+    if namespace:
+        value = mpi.fnv1a(namespace)
+        return value, f"FNV-1a hash {value} of PMIX_NAMESPACE={namespace}"
+    return None
+
+
+def read(environ: Mapping[str, str], options: Options) -> Task:
+    """This rank of an Open MPI launch (see the module docstring for every rule)."""
+    counts = mpi.read_counts(environ, COUNTS, WHO)
+    job = mpi.job_id(environ)
+    hnp = environ.get("OMPI_MCA_orte_hnp_uri")
+    daemon_uri = environ.get("OMPI_MCA_orte_local_daemon_uri")
+    # True: mpirun started this rank itself, on its own node; None: 5.x, cannot tell.
+    by_mpirun = None if not (hnp and daemon_uri) else hnp == daemon_uri
+    sources = counts.sources()
+    notes: list[str] = []
+    step: mpi.Step | None = None
+    node: str | None = None  # this rank's node name, where Slurm tells it
+    if job is None:
+        origin = "a rank of Open MPI's mpirun, outside any Slurm job"
+        port_seed, seed_source = None, ("outside a Slurm job no job ID exists to derive a port "
+            "from (pass --port, e.g. mpirun -x SLURMENV_PORT=29500 …)")
+    else:
+        step_text = mpi.step_id(environ)
+        if step_text is not None:
+            step = mpi.read_step(environ, step_text)
+            if by_mpirun:
+                if step.ntasks != 1:
+                    raise mpi.refuse_leak(
+                        environ, counts, WHO,
+                        "is not the step mpirun ran in (OMPI_MCA_orte_local_daemon_uri = "
+                        "OMPI_MCA_orte_hnp_uri says mpirun started this rank itself, and an "
+                        "mpirun started inside a step of several tasks is one of several)",
+                    )
+            else:
+                mpi.check_daemon_shape(environ, counts, WHO, step)
+        node = environ.get("SLURMD_NODENAME") or None
+        if step is None and by_mpirun is False:
+            node = None  # an orted not started by srun (ssh?): the script's name is not ours
+        launch = _launch_id(environ)
+        job_number = parse_int("SLURM_JOB_ID", job)
+        if launch is None:
+            port_seed, seed_source = None, ("neither OMPI_MCA_ess_base_jobid nor PMIX_NAMESPACE "
+                "is set, so no id is shared by the ranks of this mpirun")
+        else:
+            port_seed = (job_number + MPI_BLOCK_SHIFT, launch[0])
+            seed_source = f"Slurm job {job} and {launch[1]}, in the job's MPI block"
+        origin = f"a rank of Open MPI's mpirun in Slurm job {job}" + (
+            f" (its Slurm variables are those of step {step.id}, "
+            + ("the step mpirun ran in)" if by_mpirun else "the orted daemon step: one task per node)")
+            if step else " (its Slurm variables are the batch script's: mpirun's own node)"
+        )
+        notes.append(
+            "SLURM_PROCID/SLURM_LOCALID/SLURM_STEP_NUM_TASKS here are not this rank's: they "
+            + ("belong to Open MPI's daemon step" if step and not by_mpirun else
+               "belong to the batch script or the step mpirun ran in")
+        )
+
+    if counts.one_node:
+        master = mpi.one_node_master(counts)
+        node_rank, nnodes = 0, 1
+        node_source = f"every rank on one node ({COUNTS[3]}={counts.local_size} = {COUNTS[1]})"
+    elif job is None:
+        master = mpi.Master(None, "outside a Slurm job no variable tells which node holds rank 0 "
+                            "(Open MPI's ranks only know their own place)")
+        raise _unknown_nodes(counts, master, "outside a Slurm job")
+    else:
+        master, node_rank, nnodes, node_source = _in_job(environ, counts, step, by_mpirun, node)
+    sources["NODE_RANK"] = sources["GROUP_RANK"] = node_source
+    sources["NNODES"] = node_source if counts.one_node else _nnodes_source(environ)
+    return Task(
+        launcher=NAME, rank=counts.rank, local_rank=counts.local_rank, world_size=counts.size,
+        local_world_size=counts.local_size, node_rank=node_rank, nnodes=nnodes,
+        hostname=node or "", sources=sources, master_host=master.host,
+        master_source=master.source, port_seed=port_seed, port_seed_source=seed_source,
+        reserved_ports=None, topology=mpi.MpiTopology(WHO), job_id=job,
+        step_id=step.id if step else None, own_bindings=False,
+        notes=tuple(notes),
+        origin=origin, label=f"Open MPI job {job or '-'}",
+    )
+
+
+def _nnodes_source(environ: Mapping[str, str]) -> str:
+    return f"OMPI_MCA_orte_num_nodes={environ.get('OMPI_MCA_orte_num_nodes')} (nodes holding ranks)"
+
+
+def _unknown_nodes(counts: mpi.Counts, master: mpi.Master, where: str) -> SlurmEnvError:
+    return SlurmEnvError(
+        f"this Open MPI launch spans several nodes {where}, and no variable tells this rank's node "
+        f"index and the node count (NODE_RANK, NNODES) nor where rank 0 runs: {master.source}",
+        variable="OMPI_MCA_orte_num_nodes", value=None,
+        fix="start the ranks inside a Slurm job (mpirun in the batch script, or srun --mpi=pmi2), "
+        "where slurmenv can tell; or set RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT yourself",
+    )
+
+
+def _in_job(
+    environ: Mapping[str, str],
+    counts: mpi.Counts,
+    step: mpi.Step | None,
+    by_mpirun: bool | None,
+    node: str | None,
+) -> tuple[mpi.Master, int, int, str]:
+    """Rank 0's node and this rank's node index inside a Slurm job, over several nodes."""
+    joblist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
+    if not joblist:
+        raise SlurmEnvError(
+            "SLURM_JOB_NODELIST is not set in this Open MPI rank of a Slurm job",
+            variable="SLURM_JOB_NODELIST", value=None,
+            fix="Slurm sets it in the batch script and every step; do not unset it",
+        )
+    first = nodes.NodeList(joblist, "SLURM_JOB_NODELIST")[0]
+    because = (
+        "Open MPI's default mapping, --map-by node and --npernode put rank 0: mpirun's node, the "
+        f"batch script's (the first node of SLURM_JOB_NODELIST={joblist})"
+    )
+    here = None if node is None else node == first
+    where = f"SLURMD_NODENAME={node}" if node else "SLURMD_NODENAME unset"
+    master = mpi.rank0_check(counts, here, where, first, because) or mpi.Master(
+        first, f"node of rank 0 = {first}: {because}; rank 0 and the lowest rank there check it"
+    )
+    num = environ.get("OMPI_MCA_orte_num_nodes")
+    if not num:
+        raise _unknown_nodes(counts, master, "(Open MPI 5.x sets no OMPI_MCA_orte_num_nodes)")
+    nnodes = parse_int("OMPI_MCA_orte_num_nodes", num, minimum=1)
+    if here:
+        node_rank, source = 0, f"0: this rank runs on {first}, the node of rank 0 ({where})"
+    elif step is not None and not by_mpirun and node is not None:
+        daemons = nodes.NodeList(step.nodelist, "SLURM_STEP_NODELIST").names()
+        shift = 0 if first in daemons else 1
+        node_rank = step.node_index + shift
+        source = (
+            f"SLURM_NODEID={step.node_index} of Open MPI's daemon step "
+            f"(SLURM_STEP_NODELIST={step.nodelist}" + (f", without mpirun's node {first}) + 1"
+                                                       if shift else ")")
+        )
+    else:
+        raise _unknown_nodes(counts, master, f"from a node slurmenv cannot place ({where})")
+    if node_rank >= nnodes:
+        raise SlurmEnvError(
+            f"this rank's node index {node_rank} ({source}) is not below "
+            f"OMPI_MCA_orte_num_nodes={nnodes}: mpirun's node {first} runs no rank of this "
+            "launch (a --host list without it, --nolocal?), so the daemon step's node index is "
+            "not this node's index in the launch",
+            variable="SLURM_NODEID", value=str(step.node_index if step else None),
+            fix="keep ranks on mpirun's node (the batch script's): Open MPI's default mapping, "
+            "--map-by node or --npernode N without a --host list that leaves it out; or start "
+            "the ranks with srun --mpi=pmi2",
+        )
+    return master, node_rank, nnodes, source

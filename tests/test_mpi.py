@@ -1,0 +1,349 @@
+"""The MPI launchers (openmpi, hydra, mvapich) on rank environments recorded on the real cluster.
+
+``tests/fixtures/mpi/*.json`` hold every rank's environment of one launch, recorded in a batch
+job on the harness cluster (Slurm 22.05.8, Open MPI 4.1.4, MPICH 4.0.2), with the node each
+rank really ran on (``host``). The expected answers below come from those hosts, not from
+slurmenv: rank 0's node is where the rank with the MPI rank 0 ran, a node index is shared by
+exactly the ranks of one host. Synthetic changes to those environments give the refusals.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import slurmenv
+from slurmenv import dump, launchers, ports
+from slurmenv.errors import SlurmEnvError
+from slurmenv.launchers import base, openmpi
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "mpi"
+EPHEMERAL = (32768, 60999)
+W = 22  # ports of a job block with the default range
+
+
+def launch(name: str) -> list[dict[str, Any]]:
+    """The ranks of a recorded launch: ``{"host": node it ran on, "env": its environment}``."""
+    return json.loads((FIXTURES / f"{name}.json").read_text())["ranks"]  # type: ignore[no-any-return]
+
+
+def resolve(env: dict[str, str], **options: Any) -> slurmenv.Resolution:
+    return slurmenv.resolve(env, ephemeral_range=EPHEMERAL, cpus=1, **options)
+
+
+def refusal(env: dict[str, str], **options: Any) -> SlurmEnvError:
+    with pytest.raises(SlurmEnvError) as info:
+        resolve(env, **options).env("torch")
+    return info.value
+
+
+def mpi_rank(env: dict[str, str]) -> int:
+    return int(env.get("OMPI_COMM_WORLD_RANK") or env["PMI_RANK"])
+
+
+PROVEN = {
+    # launch: launcher that must read it
+    "openmpi_default": "openmpi", "openmpi_bynode": "openmpi", "openmpi_npernode": "openmpi",
+    "openmpi_host2": "openmpi", "openmpi_conc_a": "openmpi", "openmpi_conc_b": "openmpi",
+    "hydra_default": "hydra", "hydra_ppn": "hydra", "hydra_hosts": "hydra",
+    "hydra_hostsx": "hydra", "hydra_conc_a": "hydra", "hydra_conc_b": "hydra",
+    "srun_pmi2": "slurm", "srun_shasta": "slurm",
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROVEN))
+def test_every_rank_resolves_to_where_it_really_ran(name: str) -> None:
+    ranks = launch(name)
+    results = [(r["host"], resolve(r["env"])) for r in ranks]
+    assert {res.launcher for _, res in results} == {PROVEN[name]}
+    if PROVEN[name] != "slurm":
+        assert [res.rank for _, res in results] == [mpi_rank(r["env"]) for r in ranks]
+    world = len(ranks)
+    assert sorted(res.rank for _, res in results) == list(range(world))
+    assert {res.world_size for _, res in results} == {world}
+    rank0_host = next(host for host, res in results if res.rank == 0)
+    hosts = sorted({host for host, _ in results})
+    for host, res in results:
+        same_node = sorted(r.rank for h, r in results if h == host)
+        assert res.master_addr == rank0_host
+        assert res.local_world_size == len(same_node)
+        assert res.local_rank == same_node.index(res.rank)
+        assert res.nnodes == len(hosts)
+    # one node index per host, all different
+    index_of = {host: {res.node_rank for h, res in results if h == host} for host in hosts}
+    assert all(len(indexes) == 1 for indexes in index_of.values())
+    assert sorted(i for (i,) in index_of.values()) == list(range(len(hosts)))
+    assert next(iter(index_of[rank0_host])) == 0
+    assert len({res.master_port for _, res in results}) == 1
+
+
+@pytest.mark.parametrize("name", ["openmpi_default", "hydra_default"])
+def test_mpi_ranks_leave_gpu_and_thread_settings_alone(name: str) -> None:
+    for r in launch(name):
+        env = {**r["env"], "SLURM_CPUS_PER_TASK": "4", "CUDA_VISIBLE_DEVICES": "0,1"}
+        res = resolve(env, bind_gpus=True)
+        assert res.bindings == {}
+        out = res.env("torch")
+        assert "OMP_NUM_THREADS" not in out and "CUDA_VISIBLE_DEVICES" not in out
+        assert any("left alone" in note for note in res.notes)
+
+
+# -- rank 0 elsewhere ---------------------------------------------------------------------------
+def test_open_mpi_host_list_without_mpiruns_node_is_refused_by_the_ranks_it_misplaces() -> None:
+    """``mpirun --host r2n09:2,r1n10:2`` from the batch node r1n09: rank 0 runs on r1n10."""
+    ranks = {mpi_rank(r["env"]): r for r in launch("openmpi_hostx")}
+    assert ranks[0]["host"] == "r1n10"
+    err = refusal(ranks[0]["env"])
+    assert err.variable == "MASTER_ADDR"
+    assert "rank 0 runs on SLURMD_NODENAME=r1n10, not on r1n09" in err.message
+    assert err.fix is not None and "--master-addr" in err.fix
+    for rank in (2, 3):  # on r2n09: the node index mpirun's absence shifts is out of range
+        err = refusal(ranks[rank]["env"])
+        assert err.variable == "SLURM_NODEID"
+        assert "runs no rank of this launch" in err.message
+
+
+def test_lowest_rank_on_rank_0s_node_must_be_rank_0() -> None:
+    """A rank that is the first on the node where rank 0 should be, but is not rank 0."""
+    env = dict(next(r for r in launch("openmpi_default") if r["env"]["OMPI_COMM_WORLD_RANK"] == "0")["env"])
+    env.update(OMPI_COMM_WORLD_RANK="3", OMPI_COMM_WORLD_LOCAL_RANK="0")
+    err = refusal(env)
+    assert err.variable == "MASTER_ADDR" and "lowest rank is 3" in err.message
+    hydra = dict(next(r for r in launch("hydra_default") if r["env"]["PMI_RANK"] == "0")["env"])
+    hydra.update(PMI_RANK="3", MPI_LOCALRANKID="0")
+    assert "lowest rank is 3" in refusal(hydra).message
+
+
+def test_hydra_rank_0_must_be_on_proxy_0() -> None:
+    env = dict(next(r for r in launch("hydra_default") if r["env"]["PMI_RANK"] == "3")["env"])
+    env.update(PMI_RANK="0")  # rank 0 claimed on proxy 1
+    err = refusal(env)
+    assert err.variable == "MASTER_ADDR" and "rank 0 runs on proxy SLURM_NODEID=1" in err.message
+
+
+# -- MPI variables that disagree, leak, or contradict the daemon step ---------------------------
+COUNT_NAMES = {
+    "openmpi": openmpi.COUNTS,
+    "hydra": ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+}
+
+
+@pytest.mark.parametrize("name", ["openmpi_default", "hydra_default"])
+@pytest.mark.parametrize(
+    ("change", "culprit"),
+    [
+        ({0: "8"}, 0),  # rank = size
+        ({0: "9"}, 0),  # rank > size
+        ({2: "3"}, 2),  # local rank = local size
+        ({3: "9"}, 3),  # local size > size
+        ({0: "0", 2: "1"}, 2),  # local rank above rank
+        ({1: "x"}, 1),  # not a number
+        ({1: ""}, 1),  # unset
+    ],
+)
+def test_mpi_counts_that_disagree_are_refused_naming_the_variable(
+    name: str, change: dict[int, str], culprit: int
+) -> None:
+    names = COUNT_NAMES[name.split("_")[0]]
+    env = dict(next(r for r in launch(name) if mpi_rank(r["env"]) == 4)["env"])
+    for index, value in change.items():
+        env[names[index]] = value
+    err = refusal(env)
+    assert err.variable == names[culprit]
+
+
+def test_mpi_variables_leaked_into_a_nested_srun_are_refused() -> None:
+    """Recorded: ``mpirun -np 1 srun --overlap -N2 -n2 …`` and the same with mpiexec."""
+    for r in launch("openmpi_leak"):
+        err = refusal(r["env"])
+        assert err.variable == "OMPI_COMM_WORLD_RANK"
+        assert "leaked" in err.message and err.fix and "srun" in err.fix
+    for r in launch("hydra_leak"):
+        err = refusal(r["env"])
+        assert err.variable == "SLURM_STEP_NUM_NODES" and "leaked" in err.message
+
+
+@pytest.mark.parametrize("name", ["openmpi_default", "hydra_default"])
+def test_leak_into_an_srun_step_with_several_tasks_per_node(name: str) -> None:
+    """A rank's variables inside an srun step of 2 tasks per node: not a daemon step."""
+    env = dict(next(r for r in launch(name) if mpi_rank(r["env"]) == 4)["env"])
+    env.update(
+        SLURM_STEP_ID="7", SLURM_STEP_NUM_TASKS="4", SLURM_STEP_NUM_NODES="2", SLURM_LOCALID="1",
+        SLURM_PROCID="1", SLURM_NODEID="0", SLURM_STEP_NODELIST="r1n[09-10]",
+        SLURM_STEP_TASKS_PER_NODE="2(x2)",
+    )
+    err = refusal(env)
+    assert err.variable == COUNT_NAMES[name.split("_")[0]][0]
+    assert "several tasks on a node" in err.message
+
+
+def test_open_mpi_daemon_step_that_contradicts_the_launch() -> None:
+    """A daemon step's node index past the launch's node count."""
+    env = dict(next(r for r in launch("openmpi_default") if r["env"]["OMPI_COMM_WORLD_RANK"] == "6")["env"])
+    env["SLURM_NODEID"] = "2"  # r2n10 in the daemon step: node 3 of a 3-node launch
+    assert refusal(env).variable == "SLURM_NODEID"
+
+
+# -- registry overlaps --------------------------------------------------------------------------
+def test_registry_order_on_each_overlap() -> None:
+    names = launchers.REGISTRY
+    assert names.index("slurm") < names.index("openmpi") < names.index("hydra") \
+        < names.index("mvapich") < names.index("outside_step")
+    # PMI_RANK: srun --mpi=pmi2 (agrees with SLURM_PROCID) -> slurm; Hydra -> hydra
+    pmi2 = launch("srun_pmi2")[3]["env"]
+    assert launchers.detect(pmi2).NAME == "slurm"
+    assert launchers.detect(launch("hydra_default")[3]["env"]).NAME == "hydra"
+    # PALS_* of srun --mpi=cray_shasta agree with SLURM_PROCID -> slurm
+    assert launchers.detect(launch("srun_shasta")[3]["env"]).NAME == "slurm"
+    # OMPI_COMM_WORLD_* -> openmpi (LSF jsrun, later, goes before it: docs/launchers.md)
+    assert launchers.detect(launch("openmpi_default")[3]["env"]).NAME == "openmpi"
+    # MVAPICH2 with Hydra's variables too -> hydra (says more)
+    both = {**launch("hydra_default")[3]["env"], "MV2_COMM_WORLD_RANK": "3"}
+    assert launchers.detect(both).NAME == "hydra"
+
+
+def test_pmi_variables_that_disagree_with_an_srun_task_are_not_taken_as_its_own() -> None:
+    env = dict(launch("srun_pmi2")[3]["env"])
+    env["PMI_RANK"] = "5"  # leaked from elsewhere: SLURM_PROCID=3
+    assert base.slurm_step_is_own(env) is False
+    with pytest.raises(SlurmEnvError):
+        resolve(env).env("torch")
+
+
+# -- ports --------------------------------------------------------------------------------------
+def test_two_concurrent_launches_get_different_ports() -> None:
+    for a, b in (("openmpi_conc_a", "openmpi_conc_b"), ("hydra_conc_a", "hydra_conc_b")):
+        port_a = {resolve(r["env"]).master_port for r in launch(a)}
+        port_b = {resolve(r["env"]).master_port for r in launch(b)}
+        assert len(port_a) == len(port_b) == 1 and port_a != port_b
+
+
+def test_open_mpi_ports_never_meet_the_jobs_srun_steps() -> None:
+    """Open MPI launches use the job's MPI block: no step of the job can have that port."""
+    for name in ("openmpi_default", "openmpi_bynode", "openmpi_conc_a", "openmpi_conc_b"):
+        env = launch(name)[0]["env"]
+        res = resolve(env)
+        job = int(env["SLURM_JOB_ID"])
+        step_ports = set()
+        for step in range(W):  # every offset a step of this job can use, TF ports included
+            plan = ports.block_ports(job, step, ports.DEFAULT_RANGE, W)
+            step_ports |= {plan.master, *plan.tf}
+        assert res.master_port not in step_ports
+        family = int(env["OMPI_MCA_ess_base_jobid"]) >> 16
+        expected = ports.block_ports(job + openmpi.MPI_BLOCK_SHIFT, family, ports.DEFAULT_RANGE, 1)
+        assert res.master_port == expected.master
+        assert res.master_port < EPHEMERAL[0]
+
+
+def test_hydra_ports_are_its_proxy_steps() -> None:
+    env = dict(launch("hydra_default")[0]["env"])
+    assert resolve(env).master_port == int(env["SLURM_STEP_RESV_PORTS"].split("-")[0])
+    del env["SLURM_STEP_RESV_PORTS"]
+    expected = ports.block_ports(int(env["SLURM_JOB_ID"]), int(env["SLURM_STEP_ID"]),
+                                 ports.DEFAULT_RANGE, 3).master
+    assert resolve(env).master_port == expected
+
+
+@pytest.mark.parametrize("name", ["openmpi_local", "hydra_local"])
+def test_outside_slurm_one_machine_needs_a_port(name: str) -> None:
+    ranks = launch(name)
+    for r in ranks:
+        err = refusal(r["env"])
+        assert err.variable == "MASTER_PORT" and err.fix and "--port" in err.fix
+    results = [resolve(r["env"], port=29500) for r in ranks]
+    assert sorted(res.rank for res in results) == list(range(len(ranks)))
+    assert {(res.master_addr, res.master_port, res.nnodes) for res in results} == {("127.0.0.1", 29500, 1)}
+
+
+def test_explicit_port_wins_and_ephemeral_ports_are_refused() -> None:
+    env = launch("openmpi_default")[0]["env"]
+    assert resolve(env, port=23456).master_port == 23456
+    assert resolve({**env, "MASTER_PORT": "23457"}).master_port == 23457
+    err = refusal(env, port_range="30000-40000")
+    assert err.variable == "SLURMENV_PORT_RANGE"
+    assert refusal(env, port=40000).variable == "--port"  # the ephemeral port names its origin
+
+
+# -- Open MPI 5.x and MVAPICH2: documented variables only --------------------------------------
+def _without_orte(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if not k.startswith("OMPI_MCA_orte_")
+            and k != "OMPI_MCA_ess_base_jobid"}
+
+
+def test_open_mpi_5_on_one_node_and_refused_over_several() -> None:
+    one = _without_orte(launch("openmpi_local")[1]["env"])
+    one["PMIX_NAMESPACE"] = "prterun-host-1234@1"
+    res = resolve(one, port=29500)
+    assert (res.rank, res.world_size, res.master_addr) == (1, 4, "127.0.0.1")
+    many = _without_orte(launch("openmpi_default")[4]["env"])
+    assert refusal(many).variable == "OMPI_MCA_orte_num_nodes"
+
+
+def test_open_mpi_5_port_seed_is_shared_by_every_rank() -> None:
+    seeds = set()
+    for r in launch("openmpi_default")[:3]:  # the ranks on mpirun's node: one node's worth
+        env = _without_orte(r["env"])
+        env["PMIX_NAMESPACE"] = "prterun-r1n09-4242@1"
+        seeds.add(openmpi._launch_id(env))
+    assert len(seeds) == 1
+
+
+def _mv2(rank: int, size: int, local: int, local_size: int) -> dict[str, str]:
+    return {"MV2_COMM_WORLD_RANK": str(rank), "MV2_COMM_WORLD_SIZE": str(size),
+            "MV2_COMM_WORLD_LOCAL_RANK": str(local), "MV2_COMM_WORLD_LOCAL_SIZE": str(local_size)}
+
+
+def test_mvapich_one_node_resolves_several_nodes_refused() -> None:
+    res = resolve(_mv2(2, 4, 2, 4), port=29500)
+    assert (res.launcher, res.rank, res.world_size, res.local_rank, res.master_addr) == \
+        ("mvapich", 2, 4, 2, "127.0.0.1")
+    assert refusal(_mv2(2, 4, 2, 4)).variable == "MASTER_PORT"
+    assert refusal(_mv2(2, 8, 2, 4), port=29500).variable == "MV2_COMM_WORLD_LOCAL_SIZE"
+    assert refusal(_mv2(4, 4, 0, 4), port=29500).variable == "MV2_COMM_WORLD_RANK"
+
+
+# -- TF_CONFIG, dump and replay -----------------------------------------------------------------
+@pytest.mark.parametrize("name", ["openmpi_default", "hydra_default"])
+def test_tf_config_is_refused_with_the_way_out(name: str) -> None:
+    res = resolve(launch(name)[0]["env"])
+    with pytest.raises(SlurmEnvError) as info:
+        res.env("all")
+    assert info.value.variable == "TF_CONFIG"
+    assert info.value.fix and "--for torch" in info.value.fix
+    assert "RANK" in res.env("torch")
+
+
+@pytest.mark.parametrize("name", ["openmpi_default", "hydra_default", "openmpi_local"])
+def test_dump_keeps_the_mpi_variables_redacted_and_replays(name: str) -> None:
+    for r in launch(name):
+        kept = dump.select(r["env"])
+        if "OMPI_MCA_orte_precondition_transports" in r["env"]:
+            assert kept["OMPI_MCA_orte_precondition_transports"] == base.REDACTED
+        options = {"port": 29500} if "local" in name else {}
+        assert resolve(kept, **options).env("torch") == resolve(r["env"], **options).env("torch")
+
+
+def test_hydra_one_rank_per_node_is_not_taken_for_an_srun_task() -> None:
+    """``mpiexec -ppn 1 -n 3`` on 3 nodes: PMI_RANK/PMI_SIZE equal the proxy step's
+    SLURM_PROCID/SLURM_STEP_NUM_TASKS (as in srun --mpi=pmi2 tasks), but the proxy step's
+    SLURM_GTIDS is not (Hydra copies the batch script's): MPI_LOCALRANKID tells them apart."""
+    ranks = [r for r in launch("hydra_ppn") if r["env"]["MPI_LOCALRANKID"] == "0"]
+    for k, r in enumerate(ranks):  # one rank per proxy, as -ppn 1 gives
+        env = {**r["env"], "PMI_RANK": str(k), "PMI_SIZE": "4", "MPI_LOCALNRANKS": "1"}
+        assert env["SLURM_PROCID"] == str(k) and env["SLURM_STEP_NUM_TASKS"] == "4"
+        assert launchers.detect(env).NAME == "hydra"
+        res = resolve(env)
+        assert (res.rank, res.world_size, res.node_rank, res.master_addr) == (k, 4, k, "r1n09")
+
+
+def test_dump_file_names_are_per_rank_under_mpi() -> None:
+    """srun's %t is SLURM_PROCID, which the three ranks on mpirun's node share (the batch
+    script's 0): the dump's default file name takes the resolved rank instead."""
+    ranks = launch("openmpi_default")
+    names = {dump.expand_output(dump.DEFAULT_OUTPUT, r["env"], resolve(r["env"]).to_dict())
+             for r in ranks}
+    assert len(names) == len(ranks)
+    assert len({dump.expand_output(dump.DEFAULT_OUTPUT, r["env"]) for r in ranks}) < len(ranks)
