@@ -188,7 +188,7 @@ def collect(
         res = None
         data["resolution"] = _error_dict(exc)
     if probe:
-        from .doctor import probe as probe_node
+        from .doctor.probe import probe as probe_node
 
         data["probe"] = probe_node(env, options=opts)
     return data

@@ -61,6 +61,24 @@ def affinity_count() -> int:
     return psutil.cpu_count() or 1
 
 
+def cpus_per_task(environ: Mapping[str, str]) -> int | None:
+    """``SLURM_CPUS_PER_TASK`` (``srun -c N``), None when unset; a bad value is refused."""
+    per_task = environ.get("SLURM_CPUS_PER_TASK")
+    if not per_task:
+        return None
+    return parse_int(
+        "SLURM_CPUS_PER_TASK", per_task, minimum=1,
+        fix="SLURM_CPUS_PER_TASK is set by srun -c N; do not set it by hand",
+    )
+
+
+def omp_threads(value: str) -> int | None:
+    """The thread count OpenMP takes from ``OMP_NUM_THREADS`` (the first level of a nested
+    list such as ``4,2``), None when it is not a number."""
+    first = value.split(",")[0].strip()
+    return int(first) if first.isascii() and first.isdigit() else None
+
+
 def plan(environ: Mapping[str, str], affinity: Callable[[], int] = affinity_count) -> Threads:
     """The thread variables to set for a task with environment ``environ``.
 
@@ -71,12 +89,9 @@ def plan(environ: Mapping[str, str], affinity: Callable[[], int] = affinity_coun
         return Threads({}, None, f"OMP_NUM_THREADS={omp} already set",
                        (f"OMP_NUM_THREADS={omp} was already set: kept, and MKL/OpenBLAS follow it",))
     per_task = environ.get("SLURM_CPUS_PER_TASK")
-    if per_task:
-        count = parse_int(
-            "SLURM_CPUS_PER_TASK", per_task, minimum=1,
-            fix="SLURM_CPUS_PER_TASK is set by srun -c N; do not set it by hand",
-        )
-        source = f"SLURM_CPUS_PER_TASK={per_task.strip()}"
+    count = cpus_per_task(environ)
+    if count is not None:
+        source = f"SLURM_CPUS_PER_TASK={str(per_task).strip()}"
     else:
         count = max(1, affinity())
         source = f"CPU affinity of this task ({count} CPUs; SLURM_CPUS_PER_TASK unset)"

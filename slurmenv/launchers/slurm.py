@@ -249,7 +249,7 @@ class SlurmStep(Topology):
                 f"({plan.source})",
                 variable="SLURMENV_PORT_RANGE",
                 value=self.environ.get("SLURMENV_PORT_RANGE"),
-                fix=f"reserve ports with srun --resv-ports={needed + 1} (needs MpiParams=ports= "
+                fix=f"reserve ports with {ports.resv_ports(needed)} (needs MpiParams=ports= "
                 "in slurm.conf), use a wider --port-range, or export without TF_CONFIG "
                 "(--for torch)",
             )
