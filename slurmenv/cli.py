@@ -63,11 +63,12 @@ def add_resolution_options(parser: argparse.ArgumentParser) -> None:
 
 def add_export_options(parser: argparse.ArgumentParser) -> None:
     """The options of ``export`` besides the resolution options."""
+    from . import render  # the shells and formats are render's (export imports it anyway)
+
     parser.add_argument(
-        "--shell", choices=("sh", "bash", "zsh", "fish", "csh", "tcsh"), default=None,
-        help="shell syntax (default sh)",
+        "--shell", choices=render.SHELLS, default=None, help="shell syntax (default sh)",
     )
-    parser.add_argument("--format", choices=("json", "dotenv"), default=None, help="data format")
+    parser.add_argument("--format", choices=render.FORMATS, default=None, help="data format")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -26,11 +26,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from ._compat import TYPE_CHECKING
 from .errors import SlurmEnvError
-from .resolution import GPU_NAMES, Resolution
 
-#: The GPU lists Slurm sets for every task (gres/gpu), in the order they are reported.
-VARIABLES = GPU_NAMES
+if TYPE_CHECKING:
+    from .resolution import Resolution
+
+#: The GPU lists Slurm sets for every task (gres/gpu), in the order they are reported (and
+#: exported, when GPU binding narrows them).
+VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ZE_AFFINITY_MASK")
 #: What Slurm writes when the gres has no device files (old versions): no GPU at all.
 NO_DEVICES = ("", "NoDevFiles")
 REQUEST_FIX = (

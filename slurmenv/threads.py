@@ -19,10 +19,9 @@ import os
 from collections.abc import Callable, Mapping
 
 from .errors import parse_int
-from .resolution import THREAD_NAMES
 
-#: Variables set, in output order: OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS.
-VARIABLES = THREAD_NAMES
+#: Variables set, in output order.
+VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 class Threads:
