@@ -135,29 +135,6 @@ class Resolution:
     def __delattr__(self, key: str) -> None:
         raise AttributeError(f"Resolution is immutable (tried to delete {key})")
 
-    def with_bindings(
-        self,
-        bindings: Mapping[str, str],
-        *,
-        gpus: Sequence[str] | None,
-        gpu_source: str,
-        sources: Mapping[str, str] = MappingProxyType({}),
-        notes: Sequence[str] = (),
-    ) -> Resolution:
-        """A copy with per-task settings (GPU lists, thread counts) added; self is unchanged."""
-        new = object.__new__(Resolution)
-        for key in self.__slots__:
-            object.__setattr__(new, key, getattr(self, key))
-        changes = {
-            "bindings": MappingProxyType({**self.bindings, **bindings}),
-            "gpus": None if gpus is None else tuple(gpus), "gpu_source": gpu_source,
-            "sources": MappingProxyType({**self.sources, **sources}),
-            "notes": self.notes + tuple(notes), "_cache": dict(self._cache),
-        }
-        for key, value in changes.items():
-            object.__setattr__(new, key, value)
-        return new
-
     def __repr__(self) -> str:
         return (
             f"Resolution(launcher={self.launcher!r}, rank={self.rank}, world_size={self.world_size}, "

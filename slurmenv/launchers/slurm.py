@@ -63,7 +63,13 @@ class SlurmStep(Topology):
         self.distribution = layout.parse_distribution(environ)
         self._nodes: nodes.NodeList | None = None
         self._placement: layout.Placement | layout.UnknownLayout | None = None
+        self.counts = self._node_order(self.counts)
         self._check_counts()
+
+    def _node_order(self, counts: list[int]) -> list[int]:
+        """The per-node counts (SLURM_STEP_TASKS_PER_NODE order) in SLURM_NODEID order: the
+        same for an ordinary step (a heterogeneous step reorders them, see het.py)."""
+        return counts
 
     def _check_counts(self) -> None:
         if len(self.counts) != self.nnodes:
