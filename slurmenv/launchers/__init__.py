@@ -24,6 +24,9 @@ REGISTRY = (
     # torchrun numbered its processes itself, so its values win, even inside an srun task
     # whose SLURM_* describe the agent's task, not the worker.
     "torchrun",
+    # A step task of a heterogeneous job (SLURM_HET_SIZE): a Slurm step whose node order is
+    # component order when it spans components; the same tasks "slurm" detects, so before it.
+    "het",
     # A real Slurm step task whose SLURM_* are its own (base.slurm_step_is_own): srun tasks,
     # and srun --mpi=pmi2/cray_shasta ranks whose PMI_*/PALS_* agree with SLURM_PROCID.
     # Before the MPI launchers: those signals are also present in such tasks.
@@ -47,6 +50,7 @@ REGISTRY = (
 #: Only worth it for launchers before ``slurm`` in the registry, which every step task tries.
 SIGNALS = {
     "torchrun": ("TORCHELASTIC_RUN_ID",),
+    "het": ("SLURM_HET_SIZE", "SLURM_PACK_SIZE"),
 }
 
 

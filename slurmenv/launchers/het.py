@@ -29,11 +29,32 @@ but ``TF_CONFIG`` is refused. Every task checks its own ``SLURM_GTIDS``, ``SLURM
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
 
 from .. import layout, nodes, ports
+from .._compat import NamedTuple
 from ..errors import SlurmEnvError, parse_int, require
+from ..options import Options
+from . import slurm
+from .base import Task
 from .slurm import STEP_FIX, SlurmStep, parse_gtids
+
+#: A heterogeneous step is a Slurm step (its tasks show launcher "slurm"); this module comes
+#: before ``slurm`` in the registry and is imported only when SLURM_HET_SIZE/SLURM_PACK_SIZE
+#: is set (launchers.SIGNALS), so slurm.py never imports it (no het <-> slurm cycle).
+NAME = "slurm-het"
+VARIABLES = slurm.VARIABLES
+PREFIXES = slurm.PREFIXES
+SIGNALS = ("SLURM_HET_SIZE", "SLURM_PACK_SIZE")
+
+
+def detect(environ: Mapping[str, str]) -> bool:
+    """A Slurm step task (``slurm.detect``) of a heterogeneous job."""
+    return any(environ.get(name) for name in SIGNALS) and slurm.detect(environ)
+
+
+def read(environ: Mapping[str, str], options: Options) -> Task:
+    """The task, with the step's topology in component order when it spans components."""
+    return slurm.task(environ, step(environ))
 
 HET_FIX = (
     "export only the torch variables (slurmenv export --for torch), give that component one "

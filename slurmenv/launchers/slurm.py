@@ -272,23 +272,19 @@ class SlurmStep(Topology):
         return [hosts[n] + suffixes[k] for n, k in zip(placed.node_of, placed.local_of)]
 
 
-def new_step(environ: Mapping[str, str]) -> SlurmStep:
-    """The step's topology; a heterogeneous step (``srun A : B``) has its own (``het.py``)."""
-    if environ.get("SLURM_HET_SIZE") or environ.get("SLURM_PACK_SIZE"):
-        from . import het
-
-        return het.step(environ)
-    return SlurmStep(environ)
-
-
 def read(environ: Mapping[str, str], options: Options) -> Task:
-    """One task of a Slurm step (``detect`` said the SLURM_* are its own)."""
+    """One task of an ordinary Slurm step (``detect`` said the SLURM_* are its own); a
+    heterogeneous step (``srun A : B``) is read by ``het.py``, before this module."""
+    return task(environ, SlurmStep(environ))
+
+
+def task(environ: Mapping[str, str], slurm: SlurmStep) -> Task:
+    """The Task of this srun task, given its step's topology (ordinary or heterogeneous)."""
     job = job_id(environ)
     step = step_id(environ)
     assert job is not None and step is not None
     step_number = parse_int("SLURM_STEP_ID", step)
     job_number = parse_int("SLURM_JOB_ID", job)
-    slurm = new_step(environ)
     slurm.check_self()
     master_host = slurm.master_node()
     reserved = environ.get("SLURM_STEP_RESV_PORTS")
