@@ -27,9 +27,10 @@ import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any
 
 from . import __version__, resolve
+from ._compat import NamedTuple
 from .errors import SlurmEnvError
 from .launchers import base
 from .resolution import Resolution

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ._compat import TYPE_CHECKING
+from ._compat import TYPE_CHECKING, NamedTuple
 from .errors import SlurmEnvError
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ REQUEST_FIX = (
 )
 
 
-class Binding:
+class Binding(NamedTuple):
     """The GPUs of one task.
 
     * ``env``: variables to set (empty when the lists are left as they are);
@@ -53,21 +53,10 @@ class Binding:
     * ``notes``: remarks worth showing (GPUs left unused, lists left alone and why).
     """
 
-    # A plain class: a typing.NamedTuple costs 0.15 ms to create on the export path.
-    __slots__ = ("env", "gpus", "notes", "source")
-
-    def __init__(
-        self,
-        env: dict[str, str],
-        gpus: tuple[str, ...] | None,
-        source: str,
-        notes: tuple[str, ...] = (),
-    ) -> None:
-        self.env, self.gpus, self.source, self.notes = env, gpus, source, notes
-
-    def __repr__(self) -> str:
-        return (f"Binding(env={self.env!r}, gpus={self.gpus!r}, source={self.source!r}, "
-                f"notes={self.notes!r})")
+    env: dict[str, str]
+    gpus: tuple[str, ...] | None
+    source: str
+    notes: tuple[str, ...] = ()
 
 
 def parse_list(value: str, variable: str) -> list[str]:

@@ -30,9 +30,9 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
 
 from . import _AUTO
+from ._compat import NamedTuple
 from .errors import SlurmEnvError
 from .render import check_one_per_node, filled_values, nproc_per_node  # export --for torchrun's
 from .resolution import Resolution

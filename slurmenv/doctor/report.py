@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from typing import Any, NamedTuple
+from typing import Any
 
+from .._compat import NamedTuple
 from .registry import CHECKS
 
 OK, WARNING, ERROR, SKIPPED = "ok", "warning", "error", "skipped"
