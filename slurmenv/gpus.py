@@ -144,15 +144,15 @@ def bound_by_slurm(environ: Mapping[str, str], name: str, count: int) -> str | N
     per_task = environ.get("SLURM_GPUS_PER_TASK")
     if per_task:
         return f"SLURM_GPUS_PER_TASK={per_task}: Slurm gives each task its own GPUs"
-    tres = environ.get("SLURMD_TRES_BIND", "")
-    if "per_task" in tres:
-        return f"SLURMD_TRES_BIND={tres}: Slurm gives each task its own GPUs"
     on_node = node_gpus(environ)
     if on_node is not None and count < on_node:
         return (
             f"{name} has {count} of the step's SLURM_GPUS_ON_NODE={on_node} GPUs on "
             "this node: Slurm (or an earlier binding) already gave this task its own"
         )
+    tres = environ.get("SLURMD_TRES_BIND", "")
+    if "per_task" in tres:
+        return f"SLURMD_TRES_BIND={tres}: Slurm gives each task its own GPUs"
     return None
 
 
