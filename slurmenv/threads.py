@@ -23,6 +23,8 @@ from .errors import parse_int
 
 #: Variables set, in output order.
 VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+#: What a user who sets the thread count by hand should write (the rule of ``plan``).
+FROM_CPUS_PER_TASK = "export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK"
 
 
 class Threads(NamedTuple):

@@ -409,8 +409,7 @@ def _check_threads(ctx: Context) -> Check:
         )
     if omp_text and omp is None:
         return Check("threads", WARNING, f"OMP_NUM_THREADS={omp_text!r} is not a number",
-                     "set OMP_NUM_THREADS to the CPUs per task: export "
-                     "OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK")
+                     f"set OMP_NUM_THREADS to the CPUs per task: {threads.FROM_CPUS_PER_TASK}")
     if omp is not None:
         limit = cpt if cpt is not None else (on_node // tasks if on_node else None)
         basis = f"SLURM_CPUS_PER_TASK={cpt}" if cpt is not None else \
@@ -426,7 +425,7 @@ def _check_threads(ctx: Context) -> Check:
             return Check(
                 "threads", WARNING,
                 f"OMP_NUM_THREADS={omp} uses fewer CPUs than the task has ({basis})",
-                "export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK",
+                threads.FROM_CPUS_PER_TASK,
             )
         return Check("threads", OK, f"OMP_NUM_THREADS={omp} fits the CPUs per task ({basis})")
     if cpt is not None:
@@ -441,15 +440,15 @@ def _check_threads(ctx: Context) -> Check:
             f"OMP_NUM_THREADS unset with SLURM_CPUS_PER_TASK={cpt}: OpenMP and torch start one "
             f"thread per CPU this task may run on ({affinity if affinity else '?'}), "
             f"not {cpt}",
-            "export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK before starting the training",
+            f"{threads.FROM_CPUS_PER_TASK} before starting the training",
         )
     if tasks > 1 and affinity is not None and on_node and affinity * tasks > on_node:
         return Check(
             "threads", WARNING,
             f"OMP_NUM_THREADS unset and no srun -c: each of the {tasks} tasks on {ctx.node} "
             f"may start {affinity} threads on {on_node} CPUs",
-            f"give CPUs per task (srun -c {max(1, on_node // tasks)}) and export "
-            "OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK",
+            f"give CPUs per task (srun -c {max(1, on_node // tasks)}) and "
+            f"{threads.FROM_CPUS_PER_TASK}",
         )
     return Check("threads", OK, "OMP_NUM_THREADS unset; no CPU oversubscription seen")
 
