@@ -116,3 +116,13 @@ def test_no_import_cycles() -> None:
 @pytest.mark.parametrize("name", sorted(set(MODULES) - {"slurmenv.__main__"}))  # runs the CLI
 def test_each_module_imports_in_a_fresh_interpreter(name: str) -> None:
     subprocess.run([sys.executable, "-c", f"import {name}"], cwd=ROOT, check=True, timeout=120)
+
+
+def test_every_package_is_installed() -> None:
+    # pyproject lists the packages by hand: a new subpackage missing there works in the
+    # editable checkout but is absent from the wheel.
+    import tomllib
+
+    listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    packages = {module_name(p) for p in PACKAGE.rglob("__init__.py")}
+    assert sorted(listed) == sorted(packages)
