@@ -32,9 +32,10 @@ import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any
 
 from . import __version__, resolve
+from ._compat import NamedTuple
 from .errors import SlurmEnvError
 from .launchers import base
 from .resolution import Resolution
@@ -227,7 +228,7 @@ def collect(
         res = None
         data["resolution"] = _error_dict(exc)
     if probe:
-        from .doctor import probe as probe_node
+        from .doctor.probe import probe as probe_node
 
         data["probe"] = probe_node(env, options=opts)
     return data

@@ -26,11 +26,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from ._compat import TYPE_CHECKING, NamedTuple
 from .errors import SlurmEnvError
-from .resolution import GPU_NAMES, Resolution
 
-#: The GPU lists Slurm sets for every task (gres/gpu), in the order they are reported.
-VARIABLES = GPU_NAMES
+if TYPE_CHECKING:
+    from .resolution import Resolution
+
+#: The GPU lists Slurm sets for every task (gres/gpu), in the order they are reported (and
+#: exported, when GPU binding narrows them).
+VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ZE_AFFINITY_MASK")
 #: What Slurm writes when the gres has no device files (old versions): no GPU at all.
 NO_DEVICES = ("", "NoDevFiles")
 REQUEST_FIX = (
@@ -39,7 +43,7 @@ REQUEST_FIX = (
 )
 
 
-class Binding:
+class Binding(NamedTuple):
     """The GPUs of one task.
 
     * ``env``: variables to set (empty when the lists are left as they are);
@@ -49,21 +53,10 @@ class Binding:
     * ``notes``: remarks worth showing (GPUs left unused, lists left alone and why).
     """
 
-    # A plain class: a typing.NamedTuple costs 0.15 ms to create on the export path.
-    __slots__ = ("env", "gpus", "notes", "source")
-
-    def __init__(
-        self,
-        env: dict[str, str],
-        gpus: tuple[str, ...] | None,
-        source: str,
-        notes: tuple[str, ...] = (),
-    ) -> None:
-        self.env, self.gpus, self.source, self.notes = env, gpus, source, notes
-
-    def __repr__(self) -> str:
-        return (f"Binding(env={self.env!r}, gpus={self.gpus!r}, source={self.source!r}, "
-                f"notes={self.notes!r})")
+    env: dict[str, str]
+    gpus: tuple[str, ...] | None
+    source: str
+    notes: tuple[str, ...] = ()
 
 
 def parse_list(value: str, variable: str) -> list[str]:
@@ -127,18 +120,51 @@ def _present(environ: Mapping[str, str]) -> dict[str, str]:
     return {name: environ[name] for name in VARIABLES if environ.get(name) is not None}
 
 
-def _bound_by_slurm(environ: Mapping[str, str], name: str, count: int) -> str | None:
-    """Why the list is already per task (a sentence), or None when the tasks share it."""
+def count_list(value: str) -> int:
+    """How many entries a comma-separated GPU list has (blank entries not counted)."""
+    return len([x for x in value.split(",") if x.strip()])
+
+
+def node_gpus(environ: Mapping[str, str]) -> int | None:
+    """The step's GPUs on this node (``SLURM_GPUS_ON_NODE``), None when Slurm does not say."""
+    text = environ.get("SLURM_GPUS_ON_NODE", "").strip()
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def bound_by_slurm(environ: Mapping[str, str], name: str, count: int) -> str | None:
+    """Why the list ``name`` (``count`` entries) is already this task's own (a sentence), or
+    None when the tasks of the node share it. The one rule for "Slurm bound the GPUs per task".
+
+    Observed on Slurm 22.05: with ``--gpus-per-task`` or ``--gpu-bind`` Slurm sets
+    ``SLURM_GPUS_PER_TASK`` or ``SLURMD_TRES_BIND=...per_task...`` and each task's list (even
+    ``SLURM_STEP_GPUS``) is shorter than ``SLURM_GPUS_ON_NODE``; without binding every task of
+    a node sees all of them. A list shorter than ``SLURM_GPUS_ON_NODE`` is also what an earlier
+    binding leaves, which makes binding idempotent.
+    """
     per_task = environ.get("SLURM_GPUS_PER_TASK")
     if per_task:
         return f"SLURM_GPUS_PER_TASK={per_task}: Slurm gives each task its own GPUs"
-    on_node = environ.get("SLURM_GPUS_ON_NODE")
-    if on_node and on_node.strip().isdigit() and count < int(on_node):
+    on_node = node_gpus(environ)
+    if on_node is not None and count < on_node:
         return (
-            f"{name} has {count} of the step's SLURM_GPUS_ON_NODE={on_node.strip()} GPUs on "
+            f"{name} has {count} of the step's SLURM_GPUS_ON_NODE={on_node} GPUs on "
             "this node: Slurm (or an earlier binding) already gave this task its own"
         )
+    tres = environ.get("SLURMD_TRES_BIND", "")
+    if "per_task" in tres:
+        return f"SLURMD_TRES_BIND={tres}: Slurm gives each task its own GPUs"
     return None
+
+
+def bound_per_task(environ: Mapping[str, str]) -> bool:
+    """Whether the task's first GPU list set (``VARIABLES`` order) is its own
+    (:func:`bound_by_slurm`); False when no list is set."""
+    present = _present(environ)
+    if not present:
+        return False
+    name, value = next(iter(present.items()))
+    count = 0 if value.strip() in NO_DEVICES else count_list(value)
+    return bound_by_slurm(environ, name, count) is not None
 
 
 def plan(
@@ -170,7 +196,7 @@ def plan(
                 variable=var, value=present[var],
                 fix=f"set {var} and {name} to the same devices, or unset the one set by hand",
             )
-    why = _bound_by_slurm(environ, name, len(first))
+    why = bound_by_slurm(environ, name, len(first))
     if why is not None:
         return Binding({}, tuple(first), f"{name}={value} ({why}; left alone)",
                        (f"GPU binding: left alone ({why})",))
@@ -232,7 +258,7 @@ def per_rank(res: Resolution, environ: Mapping[str, str]) -> list[tuple[str, ...
         node_of, local_of = res.node_of, res.local_of
     except SlurmEnvError:
         return out
-    if _bound_by_slurm(environ, name, len(items)) is not None:
+    if bound_by_slurm(environ, name, len(items)) is not None:
         return out
     bound = any(var in res.bindings for var in VARIABLES)
     for rank, (node, local) in enumerate(zip(node_of, local_of)):

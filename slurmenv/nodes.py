@@ -2,22 +2,22 @@
 
 Expansion is python-hostlist's; this module only adds what Slurm does and python-hostlist does
 not: whitespace separators (python-hostlist splits at commas only), order and duplicates kept,
-errors that name the variable, and a :class:`NodeList` that expands one comma-separated part at
-a time, when a name in it is asked for: the first name (``MASTER_ADDR``) needs only the first
-part.
+and errors that name the variable.
 
 Size limits. Slurm's own parser refuses more than 65,536 names in one range, yet Slurm writes
 such ranges: 100,000 consecutive nodes compress to ``n[000000-099999]``, which
 ``scontrol show hostnames`` cannot read back. python-hostlist refuses more than 100,000 names
 per comma-separated part (its ``MAX_SIZE``). slurmenv lifts that cap to :data:`MAX_NODES`
-(1,048,576) names for a whole list and refuses a longer list with a clear error.
+(1,048,576) names for a whole list and refuses a longer list with a clear error. A part over
+python-hostlist's cap is expanded by a private instance of python-hostlist whose ``MAX_SIZE``
+is ``MAX_NODES``: the shared module's global is never changed (another thread may be using it).
 """
 
 from __future__ import annotations
 
 from itertools import repeat
+from types import ModuleType
 
-from ._compat import bisect_right
 from .errors import SlurmEnvError
 
 # slurmenv accepts up to this many names in a whole list (16 times Slurm's range cap).
@@ -50,24 +50,65 @@ def _split_parts(text: str) -> list[str]:
     return parts
 
 
-class NodeList:
-    """A Slurm node list, expanded by python-hostlist one part at a time, on demand.
+_LARGE: ModuleType | None = None
 
-    ``nodes[i]`` expands the parts up to the one holding name ``i``; ``len(nodes)`` and
-    :meth:`names` expand them all. Raises SlurmEnvError naming ``variable`` when the list is
-    malformed, empty or longer than :data:`MAX_NODES` names.
+
+def _large_hostlist() -> ModuleType:
+    """A private instance of python-hostlist with ``MAX_SIZE = MAX_NODES`` (loaded once, only
+    for a part of more than 100,000 names). Setting the shared module's ``MAX_SIZE`` and back
+    is not thread-safe; a module of our own needs no lock."""
+    global _LARGE
+    if _LARGE is None:
+        import importlib.util
+
+        spec = importlib.util.find_spec("hostlist")
+        assert spec is not None and spec.loader is not None  # hostlist is a dependency
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.MAX_SIZE = MAX_NODES  # type: ignore[attr-defined]
+        _LARGE = module
+    return _LARGE
+
+
+def _expand_part(part: str) -> list[str]:
+    """python-hostlist's expansion of one part; raises ValueError with its message."""
+    import hostlist
+
+    try:
+        return list(hostlist.expand_hostlist(part, allow_duplicates=True))
+    except hostlist.BadHostlist as exc:
+        if "too large" not in str(exc):
+            raise ValueError(str(exc)) from None
+    large = _large_hostlist()
+    try:
+        return list(large.expand_hostlist(part, allow_duplicates=True))
+    except large.BadHostlist as exc:
+        raise ValueError(str(exc)) from None
+
+
+class NodeList:
+    """A Slurm node list, expanded by python-hostlist (all of it: every use counts the names).
+
+    Raises SlurmEnvError naming ``variable`` when the list is malformed, empty or longer than
+    :data:`MAX_NODES` names.
     """
 
-    __slots__ = ("_expanded", "_parts", "_starts", "text", "variable")
+    __slots__ = ("_names", "text", "variable")
 
     def __init__(self, text: str, variable: str) -> None:
         self.text = text
         self.variable = variable
-        self._parts = _split_parts(text)
-        if not self._parts:
+        parts = _split_parts(text)
+        if not parts:
             raise self._error("")
-        self._expanded: list[list[str]] = []
-        self._starts: list[int] = [0]
+        if len(parts) == 1:
+            self._names = self._expand(parts[0])
+        else:
+            self._names = []
+            for part in parts:
+                self._names.extend(self._expand(part))
+        if len(self._names) > MAX_NODES:
+            raise self._error(f" (more than {MAX_NODES} names)")
 
     def _error(self, detail: str) -> SlurmEnvError:
         return SlurmEnvError(
@@ -77,58 +118,35 @@ class NodeList:
             fix=LIST_FIX,
         )
 
-    def _expand_next(self) -> None:
-        """Expand the next part with python-hostlist and check its names."""
-        part = self._parts[len(self._expanded)]
-        if "[" in part or "]" in part:
-            import hostlist
-
-            if not part.isprintable() or any(char.isspace() for char in part):
-                # only inside brackets (separators split the list elsewhere), where
-                # python-hostlist would make names ending in a newline
-                raise self._error(" (blank or control character inside brackets)")
-            saved = hostlist.MAX_SIZE
-            hostlist.MAX_SIZE = MAX_NODES  # python-hostlist caps one part at 100,000 names
-            try:
-                names = hostlist.expand_hostlist(part, allow_duplicates=True)
-            except hostlist.BadHostlist as exc:
-                too_large = "too large" in str(exc)
-                detail = f"more than {MAX_NODES} names" if too_large else str(exc)
-                raise self._error(f" ({detail})") from None
-            finally:
-                hostlist.MAX_SIZE = saved
-            if not names:
-                raise self._error(" (empty bracket expression)")
-        else:
-            names = [part]
-        total = self._starts[-1] + len(names)
-        if total > MAX_NODES:
-            raise self._error(f" (more than {MAX_NODES} names)")
-        self._expanded.append(names)
-        self._starts.append(total)
+    def _expand(self, part: str) -> list[str]:
+        """One part's names, checked."""
+        if "[" not in part and "]" not in part:
+            return [part]
+        if not part.isprintable() or any(char.isspace() for char in part):
+            # only inside brackets (separators split the list elsewhere), where
+            # python-hostlist would make names ending in a newline
+            raise self._error(" (blank or control character inside brackets)")
+        try:
+            names = _expand_part(part)
+        except ValueError as exc:
+            too_large = "too large" in str(exc)
+            detail = f"more than {MAX_NODES} names" if too_large else str(exc)
+            raise self._error(f" ({detail})") from None
+        if not names:
+            raise self._error(" (empty bracket expression)")
+        return names
 
     def __len__(self) -> int:
-        while len(self._expanded) < len(self._parts):
-            self._expand_next()
-        return self._starts[-1]
+        return len(self._names)
 
     def __getitem__(self, index: int) -> str:
-        """The name at ``index`` (``0 <= index < len``), expanding only the parts up to it."""
         if index < 0:
             raise IndexError(index)
-        while self._starts[-1] <= index:
-            if len(self._expanded) == len(self._parts):
-                raise IndexError(index)
-            self._expand_next()
-        k = bisect_right(self._starts, index) - 1
-        return self._expanded[k][index - self._starts[k]]
+        return self._names[index]
 
     def names(self) -> list[str]:
         """Every name, in Slurm's order (duplicates kept)."""
-        len(self)
-        if len(self._expanded) == 1:
-            return self._expanded[0]
-        return [name for names in self._expanded for name in names]
+        return self._names
 
 
 def expand(text: str, variable: str) -> list[str]:

@@ -30,6 +30,19 @@ RANGE_FIX = "give a range like '10000-32767' (SLURMENV_PORT_RANGE or --port-rang
     f"{2 * JOB_SLOTS} ports between 1024 and the start of the ephemeral range"
 
 
+#: The fix for a port inside the ephemeral range (ports.check_outside, doctor's ports check).
+EPHEMERAL_FIX = "choose ports below the ephemeral range with SLURMENV_PORT_RANGE or --port-range"
+
+
+def resv_ports(per_node: int | None = None) -> str:
+    """The srun option that makes Slurm reserve the step's ports (``SLURM_STEP_RESV_PORTS``):
+    MASTER_PORT and one TensorFlow port per task of a node. ``per_node``: the most tasks on
+    one node, when known. The one wording of this advice (ports, slurm launcher, doctor)."""
+    if per_node is None:
+        return "srun --resv-ports=N, N = tasks per node + 1"
+    return f"srun --resv-ports={per_node + 1}"
+
+
 def _is_number(text: str) -> bool:
     """ASCII decimal digits only (``str.isdigit`` also accepts ``'²'``, which ``int`` refuses)."""
     return text.isascii() and text.isdigit()
@@ -141,8 +154,13 @@ def check_range_outside(
             variable=variable,
             value=f"{lo}-{hi}",
             fix="choose a range below the ephemeral range with SLURMENV_PORT_RANGE or "
-            "--port-range (or give a port with --port, or reserve ports with srun --resv-ports=N, N = tasks per node + 1)",
+            f"--port-range (or give a port with --port, or reserve ports with {resv_ports()})",
         )
+
+
+def in_ephemeral(port: int, ephemeral: tuple[int, int] | None) -> bool:
+    """Whether ``port`` lies in the ephemeral range (False when the range is unknown)."""
+    return ephemeral is not None and ephemeral[0] <= port <= ephemeral[1]
 
 
 def check_outside(
@@ -156,7 +174,7 @@ def check_outside(
 
     With ``plan``, the error names where the port came from (an explicit port, Slurm's
     reservation) and the fix for that; else the kernel's range and the formula's range."""
-    if not (ephemeral and ephemeral[0] <= port <= ephemeral[1]):
+    if ephemeral is None or not in_ephemeral(port, ephemeral):
         return
     message = (f"{what} {port} is inside this node's ephemeral port range {ephemeral[0]}-"
                f"{ephemeral[1]} (any outgoing connection may take it)")
@@ -171,5 +189,5 @@ def check_outside(
                f"{ephemeral[0]} in slurm.conf, or give a port with --port")
     else:
         variable, value = "net.ipv4.ip_local_port_range", f"{ephemeral[0]} {ephemeral[1]}"
-        fix = "choose ports below the ephemeral range with SLURMENV_PORT_RANGE or --port-range"
+        fix = EPHEMERAL_FIX
     raise SlurmEnvError(message, variable=variable, value=value, fix=fix)

@@ -6,42 +6,21 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
+from . import render
 from ._compat import TYPE_CHECKING
 from .errors import SlurmEnvError
+from .gpus import VARIABLES as GPU_NAMES
 from .launchers.base import Topology
+from .render import OUTPUTS
 
 __all__ = ["OUTPUTS", "Resolution", "Topology"]
 
-if TYPE_CHECKING:
-    from typing import Any
-
-#: What ``env()`` emits for each ``for_`` choice, in output order.
-TORCH_NAMES = (
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
-    "NNODES", "MASTER_ADDR", "MASTER_PORT",
-)
-TF_NAMES = ("TF_CONFIG",)
-#: torchrun's own variables for its options: a plain ``torchrun train.py`` per node joins the
-#: step (slurmenv/torchrun.py; not part of "all").
-TORCHRUN_NAMES = (
-    "PET_NNODES", "PET_NPROC_PER_NODE", "PET_RDZV_BACKEND", "PET_RDZV_ENDPOINT", "PET_RDZV_ID",
-    "PET_RDZV_CONF",
-)
-#: Per-task settings, emitted (after the others) by "torch", "tf" and "all" only when the
-#: resolution has a value for them: GPU lists narrowed by GPU binding (slurmenv/gpus.py) and
-#: thread counts the user left unset (slurmenv/threads.py).
-GPU_NAMES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ZE_AFFINITY_MASK")
-THREAD_NAMES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-BINDING_NAMES = GPU_NAMES + THREAD_NAMES
 #: What ``apply()`` replaces even without ``overwrite``: values that describe the step (an
 #: inherited one is stale) and GPU lists that binding narrowed.
 ALWAYS_REPLACED = ("MASTER_ADDR", "TF_CONFIG", *GPU_NAMES)
-OUTPUTS = {
-    "torch": TORCH_NAMES + BINDING_NAMES, "tf": TF_NAMES + BINDING_NAMES,
-    "all": TORCH_NAMES + TF_NAMES + BINDING_NAMES,
-    "torchrun": TORCHRUN_NAMES,
-}
 
+if TYPE_CHECKING:
+    from typing import Any
 
 class Resolution:
     """What one task needs to join its distributed job (see ``slurmenv.resolve``).
@@ -160,29 +139,6 @@ class Resolution:
     def __delattr__(self, key: str) -> None:
         raise AttributeError(f"Resolution is immutable (tried to delete {key})")
 
-    def with_bindings(
-        self,
-        bindings: Mapping[str, str],
-        *,
-        gpus: Sequence[str] | None,
-        gpu_source: str,
-        sources: Mapping[str, str] = MappingProxyType({}),
-        notes: Sequence[str] = (),
-    ) -> Resolution:
-        """A copy with per-task settings (GPU lists, thread counts) added; self is unchanged."""
-        new = object.__new__(Resolution)
-        for key in self.__slots__:
-            object.__setattr__(new, key, getattr(self, key))
-        changes = {
-            "bindings": MappingProxyType({**self.bindings, **bindings}),
-            "gpus": None if gpus is None else tuple(gpus), "gpu_source": gpu_source,
-            "sources": MappingProxyType({**self.sources, **sources}),
-            "notes": self.notes + tuple(notes), "_cache": dict(self._cache),
-        }
-        for key, value in changes.items():
-            object.__setattr__(new, key, value)
-        return new
-
     def __repr__(self) -> str:
         return (
             f"Resolution(launcher={self.launcher!r}, rank={self.rank}, world_size={self.world_size}, "
@@ -245,38 +201,12 @@ class Resolution:
         return self._cache[key]
 
     def env(self, for_: str = "all") -> dict[str, str]:
-        """The variables to export, as strings: ``for_`` is ``"torch"``, ``"tf"`` or ``"all"``.
+        """The variables to export, as strings: ``for_`` is a key of ``OUTPUTS`` (``"torch"``,
+        ``"tf"``, ``"all"``, ``"torchrun"``); see ``render.env``.
 
-        Each set ends with this task's ``bindings`` (GPU lists, thread counts), if any.
         Raises SlurmEnvError if any of them cannot be computed (then nothing should be set).
         """
-        if for_ not in OUTPUTS:
-            raise SlurmEnvError(
-                f"unknown output set {for_!r}", variable="--for", value=for_,
-                fix="use one of: " + ", ".join(OUTPUTS),
-            )
-        if for_ == "torchrun":
-            from .torchrun import pet_env  # only this output needs it
-
-            return pet_env(self)
-        values = {
-            "RANK": self.rank, "LOCAL_RANK": self.local_rank, "WORLD_SIZE": self.world_size,
-            "LOCAL_WORLD_SIZE": self.local_world_size, "NODE_RANK": self.node_rank,
-            "GROUP_RANK": self.node_rank, "NNODES": self.nnodes,
-            "MASTER_ADDR": self.master_addr, "MASTER_PORT": self.master_port,
-        }
-        out: dict[str, str] = {}
-        for name in OUTPUTS[for_]:
-            if name in BINDING_NAMES:
-                if name in self.bindings:
-                    out[name] = self.bindings[name]
-            elif name == "TF_CONFIG":
-                from . import tfconfig
-
-                out[name] = tfconfig.dumps(self.tf_config)
-            else:
-                out[name] = str(values[name])
-        return out
+        return render.env(self, for_)
 
     def apply(
         self,

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from . import gpus, tfconfig
 from .cli import add_resolution_options, print_error, resolve_from_args
 from .errors import SlurmEnvError
 from .resolution import Resolution
@@ -59,22 +60,7 @@ def rank_addresses(res: Resolution) -> list[str]:
 
     Raises SlurmEnvError when the worker list cannot be computed.
     """
-    cluster = res.tf_config.get("cluster", {})
-    return [str(a) for a in list(cluster.get("chief", [])) + list(cluster.get("worker", []))]
-
-
-def port_of(address: str) -> int | None:
-    """The port of ``host:port`` (None when there is none)."""
-    _, colon, port = address.rpartition(":")
-    return int(port) if colon and port.isdigit() else None
-
-
-def host_of(address: str) -> str:
-    """The host of ``host:port`` (brackets of an IPv6 literal removed)."""
-    host, colon, port = address.rpartition(":")
-    if not colon or not port.isdigit():
-        host = address
-    return host.strip("[]")
+    return tfconfig.rank_addresses(res.tf_config)
 
 
 def layout_name(res: Resolution) -> str | None:
@@ -84,8 +70,6 @@ def layout_name(res: Resolution) -> str | None:
 
 def _gpus_module_column(res: Resolution, environ: Mapping[str, str]) -> list[str] | None:
     """Per-rank GPUs from ``slurmenv.gpus.per_rank`` (None when no GPU list is set)."""
-    from . import gpus
-
     try:
         values = gpus.per_rank(res, environ)
     except SlurmEnvError:
@@ -97,32 +81,8 @@ def _gpus_module_column(res: Resolution, environ: Mapping[str, str]) -> list[str
 
 def _has_gpus(environ: Mapping[str, str]) -> bool:
     return any(
-        environ.get(name) is not None
-        for name in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "SLURM_STEP_GPUS")
+        environ.get(name) is not None for name in (*gpus.VARIABLES, "SLURM_STEP_GPUS")
     )
-
-
-def count_list(value: str) -> int:
-    return len([x for x in value.split(",") if x.strip()])
-
-
-def node_gpus(environ: Mapping[str, str]) -> int | None:
-    """The step's GPUs on this node (``SLURM_GPUS_ON_NODE``), None when Slurm does not say."""
-    text = environ.get("SLURM_GPUS_ON_NODE", "").strip()
-    return int(text) if text.isascii() and text.isdigit() else None
-
-
-def bound_per_task(environ: Mapping[str, str]) -> bool:
-    """Whether Slurm gave each task its own GPUs (``--gpus-per-task``, ``--gpu-bind``).
-
-    Observed on Slurm 22.05: then ``SLURMD_TRES_BIND`` says ``per_task`` and each task's
-    ``CUDA_VISIBLE_DEVICES`` (and even ``SLURM_STEP_GPUS``) lists fewer GPUs than
-    ``SLURM_GPUS_ON_NODE``; without binding every task of a node sees all of them.
-    """
-    if "per_task" in environ.get("SLURMD_TRES_BIND", ""):
-        return True
-    cvd, on_node = environ.get("CUDA_VISIBLE_DEVICES"), node_gpus(environ)
-    return cvd is not None and on_node is not None and count_list(cvd) < on_node
 
 
 def gpu_column(res: Resolution, environ: Mapping[str, str]) -> tuple[list[str], str]:
@@ -139,7 +99,7 @@ def gpu_column(res: Resolution, environ: Mapping[str, str]) -> tuple[list[str], 
         return from_module, GPUS_MODULE
     cvd = environ.get("CUDA_VISIBLE_DEVICES")
     own = "-" if cvd is None else (cvd or "none")
-    shared = not bound_per_task(environ)
+    shared = not gpus.bound_per_task(environ)
     elsewhere = "?" if _has_gpus(environ) else "-"
     try:
         node_of = res.node_of
@@ -169,7 +129,7 @@ def step_table(res: Resolution, environ: Mapping[str, str]) -> dict[str, Any]:
     gpus, gpus_from = gpu_column(res, environ)
     ranks = []
     for rank, (node, local) in enumerate(zip(node_of, local_of)):
-        tf_port = port_of(addresses[rank]) if addresses else None
+        tf_port = tfconfig.port_of(addresses[rank]) if addresses else None
         ports = ([res.master_port] if rank == 0 else []) + ([tf_port] if tf_port else [])
         ranks.append({
             "rank": rank, "node": hosts[node], "node_rank": node, "local_rank": local,

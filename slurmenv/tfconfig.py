@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ._compat import TYPE_CHECKING
 from .errors import SlurmEnvError
@@ -71,3 +71,24 @@ def dumps(config: dict[str, Any], check_size: bool = True) -> str:
             "slurmenv.resolve().tf_config), or export without it: slurmenv export --for torch",
         )
     return text
+
+
+def rank_addresses(config: Mapping[str, Any]) -> list[str]:
+    """``host:port`` of every rank from a ``TF_CONFIG``'s cluster, in rank order (the chief,
+    if any, is rank 0)."""
+    cluster = config.get("cluster", {})
+    return [str(a) for a in list(cluster.get("chief", [])) + list(cluster.get("worker", []))]
+
+
+def port_of(address: str) -> int | None:
+    """The port of ``host:port`` (None when there is none)."""
+    _, colon, port = address.rpartition(":")
+    return int(port) if colon and port.isdigit() else None
+
+
+def host_of(address: str) -> str:
+    """The host of ``host:port`` (brackets of an IPv6 literal removed)."""
+    host, colon, port = address.rpartition(":")
+    if not colon or not port.isdigit():
+        host = address
+    return host.strip("[]")

@@ -21,7 +21,7 @@ slurmenv fills ``--node-rank``, ``--master-addr`` and ``--master-port`` instead 
 options. ``--node-rank`` is not passed with c10d: torchrun ignores it there (with a warning)
 and numbers the nodes itself at the rendezvous.
 
-:func:`pet_env` gives the same values as torchrun's ``PET_*`` variables for users who call
+``render.pet_env`` gives the same values as torchrun's ``PET_*`` variables for users who call
 ``torchrun`` themselves (``slurmenv export --for torchrun``).
 """
 
@@ -30,11 +30,12 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from . import _AUTO
+from ._compat import NamedTuple
 from .errors import SlurmEnvError
-from .resolution import TORCHRUN_NAMES as PET_NAMES
+from .render import check_one_per_node, filled_values, nproc_per_node  # export --for torchrun's
 from .resolution import Resolution
 
 if TYPE_CHECKING:
@@ -60,99 +61,11 @@ LAUNCHER_VARIABLES = (
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
     "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "NODE_RANK", "NNODES",
 )
-ONE_PER_NODE_FIX = (
-    "start one task per node, e.g. srun --ntasks-per-node=1 slurmenv torchrun train.py: torchrun "
-    "starts the node's processes itself (--nproc-per-node sets how many)"
-)
 
 
 def pet_name(option: str) -> str:
     """torchrun's environment variable for an option: ``nproc-per-node`` -> ``PET_NPROC_PER_NODE``."""
     return "PET_" + option.replace("-", "_").upper()
-
-
-def nproc_per_node(res: Resolution) -> tuple[int, str]:
-    """torchrun's ``--nproc-per-node`` for this node, with the reason: one process per GPU
-    this task sees (``res.gpus``: the first of ``CUDA_VISIBLE_DEVICES``,
-    ``ROCR_VISIBLE_DEVICES``, ``GPU_DEVICE_ORDINAL``, ``ZE_AFFINITY_MASK`` that is set), else 1.
-    """
-    if res.gpus:
-        return len(res.gpus), f"one process per GPU ({res.gpu_source})"
-    why = f"no GPU in {res.gpu_source}" if res.gpus is not None else "no GPU list set"
-    return 1, f"{why}: 1 process (pass --nproc-per-node=N for more)"
-
-
-def check_one_per_node(res: Resolution) -> None:
-    """Refuse a step that runs more than one task on some node (one torchrun per node), and
-    a resolution made inside another launcher (torchrun's workers)."""
-    if res.in_worker:
-        raise SlurmEnvError(
-            f"already inside a launcher ({res.launcher}) that set RANK and WORLD_SIZE: "
-            "torchrun would start processes inside its processes",
-            variable="RANK", value=str(res.rank),
-            fix="start torchrun from the batch script's srun, not from a training process",
-        )
-    if res.world_size != res.nnodes or res.local_world_size != 1:
-        raise SlurmEnvError(
-            f"torchrun needs exactly one task per node, but this step runs {res.world_size} "
-            f"tasks on {res.nnodes} nodes ({res.local_world_size} on this one)",
-            variable="SLURM_STEP_TASKS_PER_NODE",
-            # The Slurm step's own text (the step topology keeps it), e.g. "2(x2)".
-            value=res.tasks_per_node,
-            fix=ONE_PER_NODE_FIX,
-        )
-
-
-def rdzv_id(res: Resolution) -> str:
-    """``<job>.<step>``: unique per step, equal on every node of the step."""
-    if res.job_id and res.step_id:
-        return f"{res.job_id}.{res.step_id}"
-    return f"slurmenv-{res.master_port}"  # single node outside Slurm: one agent only
-
-
-def filled_values(
-    res: Resolution,
-    backend: str = "c10d",
-    addr_template: str | None = None,
-) -> dict[str, str]:
-    """The torchrun options slurmenv fills for this node (canonical name -> value).
-
-    ``backend`` is the rendezvous backend in use (slurmenv's ``c10d`` unless the user chose
-    another): ``static`` gets ``master-addr``/``master-port``; ``c10d`` the endpoint, id and
-    ``is_host``; any other backend only the id.
-    """
-    check_one_per_node(res)
-    nproc, _ = nproc_per_node(res)
-    values = {
-        "nnodes": str(res.nnodes),
-        "nproc-per-node": str(nproc),
-        "rdzv-backend": backend,
-    }
-    if backend == "static":
-        # Only the static backend uses --node-rank; c10d assigns node ranks at rendezvous
-        # (torchrun warns that it ignores --node-rank there).
-        values["node-rank"] = str(res.node_rank)
-        values["master-addr"] = res.master_addr
-        values["master-port"] = str(res.master_port)
-        return values
-    values["rdzv-id"] = rdzv_id(res)
-    if backend == "c10d":
-        values["rdzv-endpoint"] = f"{res.master_addr}:{res.master_port}"
-        # One task per node: the task of rank 0 is alone on the node of rank 0.
-        values["rdzv-conf"] = f"is_host={1 if res.rank == 0 else 0}"
-        if addr_template:
-            values["local-addr"] = addr_template.format(host=res.hostname)
-    return values
-
-
-def pet_env(res: Resolution) -> dict[str, str]:
-    """torchrun's ``PET_*`` variables for this node, so that a plain ``torchrun train.py``
-    started once per node (``srun --ntasks-per-node=1``) joins the step.
-
-    Raises SlurmEnvError when the step runs more than one task on a node.
-    """
-    values = filled_values(res)
-    return {name: values[name[4:].lower().replace("_", "-")] for name in PET_NAMES}
 
 
 # -- the command line ----------------------------------------------------------------------

@@ -229,3 +229,40 @@ def test_named_tuple_without_typing_behaves_like_typings() -> None:
                   layout.Distribution("plane", 2, "x")):
         assert pickle.loads(pickle.dumps(value)) == value
     assert layout.Placement([0, 1, 0], [0, 0, 1]).ranks_on(0) == [0, 2]
+
+
+def test_export_path_imports_nothing_heavy_without_site() -> None:
+    # The test above cannot see modules the interpreter's site hooks load first (typing, for
+    # one, via .pth files). With -S nothing is loaded before slurmenv: every banned module
+    # found in sys.modules afterwards was imported by the export of a Slurm step task (not the
+    # single-process fallback, which needs socket). python-hostlist comes from its directory
+    # on PYTHONPATH, since -S also drops site-packages.
+    import os
+
+    import hostlist
+
+    code = (
+        "import sys\n"
+        "assert sys.flags.no_site\n"
+        "from slurmenv.cli import main\n"
+        "main(['export'])\n"
+        "import slurmenv.launchers as l\n"
+        "print(l.detect(__import__('os').environ).NAME, file=sys.stderr)\n"
+        "banned = {'typing', 'dataclasses', 'argparse', 'json', 'socket', 'psutil', 'torch', "
+        "'tensorflow', 'jax', 'string', 'subprocess', 'tempfile', 'threading'}\n"
+        "print(sorted(banned & set(sys.modules)), file=sys.stderr)\n"
+    )
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.path.dirname(hostlist.__file__)]),
+        "SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0", "SLURM_STEP_NODELIST": "n[0000-4095]",
+        "SLURM_STEP_NUM_NODES": "4096", "SLURM_STEP_NUM_TASKS": "4096",
+        "SLURM_STEP_TASKS_PER_NODE": "1(x4096)", "SLURM_PROCID": "5", "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "5", "SLURM_GTIDS": "5", "SLURMD_NODENAME": "n0005",
+    }  # fmt: skip
+    out = subprocess.run([sys.executable, "-S", "-c", code], env=env, capture_output=True,
+                         text=True, timeout=60, check=True)
+    assert "export MASTER_ADDR='n0000';" in out.stdout and "TF_CONFIG=" in out.stdout
+    *_, launcher, found = out.stderr.strip().splitlines()
+    assert launcher == "slurm"
+    assert found == "[]"

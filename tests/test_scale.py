@@ -286,12 +286,43 @@ def test_100k_export_command() -> None:
 
 # --- what must not need the whole list, and the checks that must still happen ---------------------
 
-def test_the_first_name_needs_only_the_first_part() -> None:
-    # MASTER_ADDR is the first name: it must not wait for (or fail on) the rest of the list.
-    listed = nodes.NodeList("n[000000-000003],m[0-99999999999999999999]", "SLURM_STEP_NODELIST")
-    assert listed[0] == "n000000" and listed[3] == "n000003"
+def test_the_whole_list_is_checked() -> None:
+    # Every use of a step's node list counts it against SLURM_STEP_NUM_NODES, so the list is
+    # expanded whole: a bad part after the first is refused, not left for later.
     with pytest.raises(SlurmEnvError):
-        len(listed)  # the whole list is still checked when counted
+        nodes.NodeList("n[000000-000003],m[0-99999999999999999999]", "SLURM_STEP_NODELIST")
+
+
+def test_large_parts_leave_python_hostlists_limit_alone() -> None:
+    # A part over python-hostlist's 100,000-name cap is expanded without touching the shared
+    # module's MAX_SIZE, so threads expanding lists at once (here: small lists that must keep
+    # the cap, and large ones that lift it for themselves) never see each other's limit.
+    import threading
+
+    import hostlist
+
+    before = hostlist.MAX_SIZE
+    big, errors = "n[000000-199999]", []
+
+    def expand_big() -> None:
+        for _ in range(3):
+            if len(nodes.NodeList(big, "X")) != 200_000:
+                errors.append("big")
+
+    def small_keeps_cap() -> None:
+        for _ in range(200):
+            try:
+                hostlist.expand_hostlist("m[0-150000]")
+                errors.append("the shared MAX_SIZE was lifted")
+            except hostlist.BadHostlist:
+                pass
+
+    threads = [threading.Thread(target=f) for f in (expand_big, small_keeps_cap, expand_big)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and hostlist.MAX_SIZE == before
 
 
 @pytest.mark.parametrize(("distribution", "plane"), [(None, None), ("block", None),

@@ -28,6 +28,9 @@ REGISTRY = (
     # allocation (srun flux start) hands its jobs the broker's SLURM_*, which describe the
     # broker, not the task; and Flux's cray-pals plugin sets PALS_* too ("pals" below).
     "flux",
+    # A step task of a heterogeneous job (SLURM_HET_SIZE): a Slurm step whose node order is
+    # component order when it spans components; the same tasks "slurm" detects, so before it.
+    "het",
     # A real Slurm step task whose SLURM_* are its own (base.slurm_step_is_own): srun tasks,
     # and srun --mpi=pmi2/cray_shasta ranks whose PMI_*/PALS_* agree with SLURM_PROCID.
     # Before the MPI launchers: those signals are also present in such tasks.
@@ -83,6 +86,7 @@ SIGNALS = {
     "openmpi": ("OMPI_COMM_WORLD_RANK",),
     "hydra": ("MPI_LOCALRANKID",),
     "mvapich": ("MV2_COMM_WORLD_RANK",),
+    "het": ("SLURM_HET_SIZE", "SLURM_PACK_SIZE"),
 }
 
 

@@ -29,11 +29,32 @@ but ``TF_CONFIG`` is refused. Every task checks its own ``SLURM_GTIDS``, ``SLURM
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
 
 from .. import layout, nodes, ports
+from .._compat import NamedTuple
 from ..errors import SlurmEnvError, parse_int, require
+from ..options import Options
+from . import slurm
+from .base import Task
 from .slurm import STEP_FIX, SlurmStep, parse_gtids
+
+#: A heterogeneous step is a Slurm step (its tasks show launcher "slurm"); this module comes
+#: before ``slurm`` in the registry and is imported only when SLURM_HET_SIZE/SLURM_PACK_SIZE
+#: is set (launchers.SIGNALS), so slurm.py never imports it (no het <-> slurm cycle).
+NAME = "slurm-het"
+VARIABLES = slurm.VARIABLES
+PREFIXES = slurm.PREFIXES
+SIGNALS = ("SLURM_HET_SIZE", "SLURM_PACK_SIZE")
+
+
+def detect(environ: Mapping[str, str]) -> bool:
+    """A Slurm step task (``slurm.detect``) of a heterogeneous job."""
+    return any(environ.get(name) for name in SIGNALS) and slurm.detect(environ)
+
+
+def read(environ: Mapping[str, str], options: Options) -> Task:
+    """The task, with the step's topology in component order when it spans components."""
+    return slurm.task(environ, step(environ))
 
 HET_FIX = (
     "export only the torch variables (slurmenv export --for torch), give that component one "
@@ -124,19 +145,19 @@ class HetStep(SlurmStep):
         self.parts: list[Part] = []
         super().__init__(environ)
 
-    def _check_counts(self) -> None:
-        # Before the ordinary checks: put the counts (given in SLURM_STEP_NODELIST order) in
-        # SLURM_NODEID order, which is component order.
-        if len(self.counts) != len(self.step_names):
+    def _node_order(self, counts: list[int]) -> list[int]:
+        """The counts (given in SLURM_STEP_NODELIST order) in SLURM_NODEID order, which is
+        component order; records the components' parts and the node order."""
+        if len(counts) != len(self.step_names):
             raise SlurmEnvError(
-                f"SLURM_STEP_TASKS_PER_NODE lists {len(self.counts)} nodes but "
+                f"SLURM_STEP_TASKS_PER_NODE lists {len(counts)} nodes but "
                 f"SLURM_STEP_NODELIST names {len(self.step_names)}",
                 variable="SLURM_STEP_TASKS_PER_NODE",
                 value=self.tasks_per_node,
                 fix="these come from the same step; do not set them by hand or mix in job values",
             )
-        count_of = dict(zip(self.step_names, self.counts))
-        counts: list[int] = []
+        count_of = dict(zip(self.step_names, counts))
+        ordered: list[int] = []
         rank = 0
         for k, listed in enumerate(self.components):
             mine = [name for name in listed if name in count_of]
@@ -145,10 +166,9 @@ class HetStep(SlurmStep):
             tasks = sum(count_of[name] for name in mine)
             self.parts.append(Part(k, len(self.order), len(mine), rank, tasks))
             self.order.extend(mine)
-            counts.extend(count_of[name] for name in mine)
+            ordered.extend(count_of[name] for name in mine)
             rank += tasks
-        self.counts = counts
-        super()._check_counts()
+        return ordered
 
     def part_of(self, node: int) -> Part:
         """The component that node index ``node`` belongs to."""

@@ -63,7 +63,13 @@ class SlurmStep(Topology):
         self.distribution = layout.parse_distribution(environ)
         self._nodes: nodes.NodeList | None = None
         self._placement: layout.Placement | layout.UnknownLayout | None = None
+        self.counts = self._node_order(self.counts)
         self._check_counts()
+
+    def _node_order(self, counts: list[int]) -> list[int]:
+        """The per-node counts (SLURM_STEP_TASKS_PER_NODE order) in SLURM_NODEID order: the
+        same for an ordinary step (a heterogeneous step reorders them, see het.py)."""
+        return counts
 
     def _check_counts(self) -> None:
         if len(self.counts) != self.nnodes:
@@ -281,37 +287,33 @@ def too_few_tf_ports(plan: ports.Ports, needed: int, environ: Mapping[str, str])
     without = "or export without TF_CONFIG (--for torch)"
     from ..derive import runtime_ports  # ports the MPI runtime takes need reserving too
 
-    reserve = needed + 1 + len(runtime_ports(environ))
+    reserve = needed + len(runtime_ports(environ))
     if plan.variable == "SLURM_STEP_RESV_PORTS":
-        fix = (f"reserve enough ports: srun --resv-ports={reserve} (MASTER_PORT and one "
+        fix = (f"reserve enough ports: {ports.resv_ports(reserve)} (MASTER_PORT and one "
                f"TensorFlow port per task on a node), {without}")
     elif plan.variable in ("MASTER_PORT", "--port", "SLURMENV_PORT"):
         fix = (f"the TensorFlow ports follow {plan.variable} and would pass 65535: choose a "
                f"lower port, {without}")
     else:
-        fix = (f"use a wider --port-range (SLURMENV_PORT_RANGE), reserve ports with srun "
-               f"--resv-ports={reserve}, {without}")
+        fix = (f"use a wider --port-range (SLURMENV_PORT_RANGE), reserve ports with "
+               f"{ports.resv_ports(reserve)}, {without}")
     value = environ.get(plan.variable)
     return SlurmEnvError(message, variable=plan.variable, value=value, fix=fix)
 
 
-def new_step(environ: Mapping[str, str]) -> SlurmStep:
-    """The step's topology; a heterogeneous step (``srun A : B``) has its own (``het.py``)."""
-    if environ.get("SLURM_HET_SIZE") or environ.get("SLURM_PACK_SIZE"):
-        from . import het
-
-        return het.step(environ)
-    return SlurmStep(environ)
-
-
 def read(environ: Mapping[str, str], options: Options) -> Task:
-    """One task of a Slurm step (``detect`` said the SLURM_* are its own)."""
+    """One task of an ordinary Slurm step (``detect`` said the SLURM_* are its own); a
+    heterogeneous step (``srun A : B``) is read by ``het.py``, before this module."""
+    return task(environ, SlurmStep(environ))
+
+
+def task(environ: Mapping[str, str], slurm: SlurmStep) -> Task:
+    """The Task of this srun task, given its step's topology (ordinary or heterogeneous)."""
     job = job_id(environ)
     step = step_id(environ)
     assert job is not None and step is not None
     step_number = parse_int("SLURM_STEP_ID", step)
     job_number = parse_int("SLURM_JOB_ID", job)
-    slurm = new_step(environ)
     slurm.check_self()
     master_host = slurm.master_node()
     reserved = environ.get("SLURM_STEP_RESV_PORTS")

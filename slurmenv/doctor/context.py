@@ -1,0 +1,153 @@
+"""What every doctor check looks at: the environment, the options, the resolution (or its
+error) made without touching the machine, and the node facts the probe found."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .. import resolve, tfconfig
+from ..errors import SlurmEnvError
+from ..launchers import base
+from ..options import names as option_names
+from ..resolution import Resolution
+from .report import ERROR, SKIPPED, Check
+from .rules import socket_ifname
+
+NOT_PROBED = "not probed: this dump was taken without 'slurmenv dump --probe'"
+NO_RESOLUTION = "needs a resolution (see above)"
+
+# Which check reports a resolution error, by the variable at fault.
+_STEP_VARIABLES = ("SLURM_STEP_ID", "SLURM_STEPID", "SLURM_JOB_ID")
+_OPTION_VARIABLES = option_names()  # every SLURMENV_* variable and flag of the options table
+_PORT_VARIABLES = ("MASTER_PORT", "SLURMENV_PORT", "SLURM_STEP_RESV_PORTS")
+
+
+def resolve_for_doctor(
+    environ: Mapping[str, str], options: Mapping[str, Any]
+) -> tuple[Resolution | None, SlurmEnvError | None]:
+    """Resolve without DNS and without the ephemeral check: doctor makes both itself."""
+    opts = {k: v for k, v in options.items() if v is not None}
+    opts["resolve_addr"] = False
+    try:
+        return resolve(environ, ephemeral_range=None, **opts), None
+    except SlurmEnvError as exc:
+        return None, exc
+    except ValueError as exc:  # a TF_CONFIG set by hand that is not JSON
+        return None, SlurmEnvError(
+            f"TF_CONFIG is set but is not JSON ({exc})", variable="TF_CONFIG",
+            value=environ.get("TF_CONFIG"), fix="unset TF_CONFIG and let slurmenv build it",
+        )
+
+
+def rank_addresses(res: Resolution) -> list[str]:
+    """``host:port`` of every rank from the resolution's TF_CONFIG; raises SlurmEnvError when
+    the worker list cannot be computed."""
+    return tfconfig.rank_addresses(res.tf_config)
+
+
+def ports_here(res: Resolution) -> list[tuple[int, str]]:
+    """The ports this node's tasks will listen on: ``(port, what)``."""
+    try:
+        node_of: Sequence[int] = res.node_of
+        master_here = node_of[0] == res.node_rank
+        ranks = [r for r, n in enumerate(node_of) if n == res.node_rank]
+    except SlurmEnvError:
+        master_here, ranks = res.rank == 0, [res.rank]
+    out = [(res.master_port, "MASTER_PORT, rank 0")] if master_here else []
+    try:
+        addresses = rank_addresses(res)
+    except SlurmEnvError:
+        return out
+    for rank in ranks:
+        port = tfconfig.port_of(addresses[rank]) if rank < len(addresses) else None
+        if port is not None:
+            out.append((port, f"TensorFlow, rank {rank}"))
+    return out
+
+
+def from_error(name: str, exc: SlurmEnvError) -> Check:
+    """The check ``name`` failing with the resolver's own error (its message and fix)."""
+    variable = f" ({exc.variable}={exc.value!r})" if exc.variable else ""
+    return Check(name, ERROR, exc.message + variable, exc.fix)
+
+
+class Context:
+    """What every check looks at."""
+
+    def __init__(
+        self,
+        environ: Mapping[str, str],
+        options: Mapping[str, Any],
+        res: Resolution | None,
+        err: SlurmEnvError | None,
+        ephemeral: tuple[int, int] | None,
+        facts: Mapping[str, Any] | None,
+        for_: str,
+    ) -> None:
+        self.environ = environ
+        self.options = options
+        self.res = res
+        self.err = err
+        self.ephemeral = ephemeral
+        self.facts = facts
+        self.for_ = for_
+        self.job = base.job_id(environ)
+        self.step = base.step_id(environ)
+
+    @property
+    def node(self) -> str:
+        if self.res is not None and self.res.hostname:
+            return self.res.hostname
+        if self.facts and self.facts.get("hostname"):
+            return str(self.facts["hostname"])
+        return self.environ.get("SLURMD_NODENAME") or "this node"
+
+    def outside_step(self) -> bool:
+        """In a Slurm job's batch script or salloc shell (no step of its own), and no launcher
+        resolved this task there."""
+        return self.res is None and base.outside_step(self.environ)
+
+    def err_category(self) -> str | None:
+        if self.err is None:
+            return None
+        variable = self.err.variable or ""
+        if variable in _STEP_VARIABLES and self.outside_step():
+            return "step"
+        if variable in _PORT_VARIABLES:
+            return "ports"
+        if variable == "TF_CONFIG":
+            return "tf-config"
+        if variable in _OPTION_VARIABLES:
+            return "options"
+        return "counts"
+
+    def route(self) -> Mapping[str, Any] | None:
+        return None if self.facts is None else self.facts.get("route")
+
+    def ifname(self) -> dict[str, str] | None:
+        """The NCCL/GLOO interface variables that follow from the route to the master."""
+        route = self.route()
+        if not route or not route.get("interface"):
+            return None
+        name = str(route["interface"])
+        if name == "lo" and self.res is not None and self.res.nnodes > 1:
+            return None
+        return socket_ifname(name, (self.facts or {}).get("interfaces", {}))
+
+    def skipped_local(self, what: str) -> Check:
+        return Check(what, SKIPPED, NOT_PROBED)
+
+    def no_resolution(self, what: str) -> Check:
+        """The verdict of a check that needs a resolution when there is none."""
+        reason = "no job step" if self.err_category() == "step" else NO_RESOLUTION
+        return Check(what, SKIPPED, reason)
+
+    def title(self) -> str:
+        res = self.res
+        if res is not None:
+            return f"rank {res.rank} of {res.world_size} on {self.node} ({res.label})"
+        if self.job:
+            where = "outside any step" if self.outside_step() else f"step {self.step}"
+            return f"job {self.job}, {where}, on {self.node}"
+        return f"on {self.node}"

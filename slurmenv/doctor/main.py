@@ -1,0 +1,100 @@
+"""``slurmenv doctor``: the command line (parse, probe this node or load a dump, print)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+
+from ..errors import SlurmEnvError
+from .checks import diagnose
+from .context import resolve_for_doctor
+from .probe import probe
+from .report import format_report, to_json, use_colour
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .. import render
+    from ..cli import add_resolution_options
+
+    parser = argparse.ArgumentParser(
+        prog="slurmenv doctor",
+        description="Check this task for what makes distributed training hang at start-up; "
+        "each check says ok, warning or error, with a fix. Exit status 0 when no error. "
+        "Run it in the training step itself: srun bash -c 'slurmenv doctor && "
+        "exec slurmenv exec -- python train.py'",
+    )
+    parser.add_argument("--json", action="store_true", help="JSON instead of text")
+    parser.add_argument(
+        "--from", dest="from_file", metavar="FILE",
+        help="diagnose a file written by 'slurmenv dump' (node facts only if it was taken "
+        "with --probe)",
+    )
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="print only warnings, errors and a one-line summary")
+    parser.add_argument(
+        "--export-ifname", action="store_true",
+        help="print export lines for NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME on stdout (for "
+        "eval) and the problems on stderr",
+    )
+    parser.add_argument(
+        "--shell", choices=render.SHELLS, default="sh",
+        help="syntax of --export-ifname (default sh)",
+    )
+    parser.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                        help="colour the verdicts (auto: only on a terminal)")
+    add_resolution_options(parser)
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    """``slurmenv doctor``; returns 1 when any check gives an error, else 0."""
+    from .. import ports
+    from ..cli import print_error
+    from ..dump import load, options_from_args
+
+    args = build_parser().parse_args(argv)
+    options = options_from_args(args)
+    if args.from_file:
+        try:
+            loaded = load(args.from_file)
+        except SlurmEnvError as exc:
+            print_error(exc)
+            return 2
+        merged = {**loaded.replay_options, **options}
+        with loaded.environment() as env:
+            report = diagnose(
+                env, merged, ephemeral=loaded.ephemeral_range, facts=loaded.probe,
+                for_=args.for_,
+            )
+        report = report._replace(title=f"{report.title} [replayed from {args.from_file}]")
+    else:
+        res, _ = resolve_for_doctor(os.environ, options)
+        facts = probe(os.environ, options, res)
+        report = diagnose(
+            os.environ, options, ephemeral=ports.ephemeral_range(), facts=facts, for_=args.for_
+        )
+    status = 1 if report.errors else 0
+    if args.export_ifname:
+        from .. import render
+
+        if report.errors or report.warnings:  # silent when all is well: it runs in every task
+            sys.stderr.write(format_report(report, use_colour(args.color, sys.stderr), quiet=True))
+        if report.ifname is None:
+            from ..cli import fail_closed
+
+            sys.stderr.write("slurmenv: error: no interface to export (see the checks above)\n")
+            fail_closed(args.shell)  # eval $(slurmenv doctor --export-ifname) must stop too
+            return 1
+        sys.stdout.write(render.render(report.ifname, args.shell))
+        return status
+    if args.json:
+        sys.stdout.write(to_json(report))
+    else:
+        tty = bool(getattr(sys.stdout, "isatty", lambda: False)())
+        width = shutil.get_terminal_size().columns if tty else None
+        colour = use_colour(args.color, sys.stdout)
+        sys.stdout.write(format_report(report, colour, quiet=args.quiet, width=width))
+    return status

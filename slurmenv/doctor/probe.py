@@ -1,0 +1,137 @@
+"""The facts of this node, the only doctor code that touches the machine: DNS for the master,
+the kernel's route to it, the network interfaces and listening sockets (psutil), the CPUs.
+
+The result is JSON-ready: ``slurmenv dump --probe`` records it and ``doctor --from`` replays
+the checks on it anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..resolution import Resolution
+from .context import ports_here, resolve_for_doctor
+
+
+def probe(
+    environ: Mapping[str, str] | None = None,
+    options: Mapping[str, Any] | None = None,
+    res: Resolution | None = None,
+) -> dict[str, Any]:
+    """Look at this node: DNS for the master, the route to it, listening ports, CPUs.
+
+    The result is JSON-ready (``slurmenv dump --probe`` records it).
+    """
+    import socket
+
+    env = os.environ if environ is None else environ
+    if res is None:
+        res, _ = resolve_for_doctor(env, options or {})
+    facts: dict[str, Any] = {"hostname": socket.gethostname(), "cpus": _cpus()}
+    facts["interfaces"] = _interfaces()
+    if res is None:
+        return facts
+    facts["master"] = _lookup(res.master_addr)
+    addresses = facts["master"]["addresses"]
+    if addresses:
+        facts["route"] = _route(addresses[0], res.master_port, facts["interfaces"])
+    facts["listening"] = _listening(
+        [port for port, _ in ports_here(res)], res.job_id, res.step_id
+    )
+    return facts
+
+
+def _cpus() -> dict[str, int | None]:
+    try:
+        affinity: int | None = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        affinity = None
+    return {"affinity": affinity, "count": os.cpu_count()}
+
+
+def _interfaces() -> dict[str, list[str]]:
+    import socket
+
+    import psutil
+
+    out: dict[str, list[str]] = {}
+    for name, addrs in psutil.net_if_addrs().items():
+        out[name] = [
+            a.address.split("%")[0]
+            for a in addrs
+            if a.family in (socket.AF_INET, socket.AF_INET6)
+        ]
+    return out
+
+
+def _lookup(name: str) -> dict[str, Any]:
+    """The addresses ``name`` resolves to on this node (IPv4 first), or the error."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
+    except OSError as exc:
+        return {"name": name, "addresses": [], "error": str(exc)}
+    addresses: list[str] = []
+    for family in (socket.AF_INET, socket.AF_INET6):
+        for info in infos:
+            address = str(info[4][0])
+            if info[0] == family and address not in addresses:
+                addresses.append(address)
+    return {"name": name, "addresses": addresses, "error": None}
+
+
+def _route(address: str, port: int, interfaces: Mapping[str, list[str]]) -> dict[str, Any]:
+    """The local address (and interface) the kernel would use to reach ``address``.
+
+    A UDP ``connect`` picks the route without sending anything.
+    """
+    import socket
+
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.connect((address, port))
+            source = str(sock.getsockname()[0])
+    except OSError as exc:
+        return {"address": address, "source": None, "interface": None, "error": str(exc)}
+    interface = next((name for name, addrs in interfaces.items() if source in addrs), None)
+    return {"address": address, "source": source, "interface": interface, "error": None}
+
+
+def _listening(
+    ports: Sequence[int], job_id: str | None, step_id: str | None
+) -> list[dict[str, Any]]:
+    """Listening TCP sockets on ``ports`` in this network namespace, with their owner."""
+    import psutil
+
+    if not ports:
+        return []
+    wanted = set(ports)
+    found = []
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.AccessDenied, OSError):
+        return []
+    for conn in conns:
+        if conn.status != psutil.CONN_LISTEN or not conn.laddr or conn.laddr.port not in wanted:
+            continue
+        entry: dict[str, Any] = {
+            "port": conn.laddr.port, "address": conn.laddr.ip, "pid": conn.pid,
+            "process": None, "same_step": None, "rank": None,
+        }  # fmt: skip
+        if conn.pid:
+            try:
+                proc = psutil.Process(conn.pid)
+                entry["process"] = proc.name()
+                env = proc.environ()
+                entry["same_step"] = bool(job_id) and (
+                    env.get("SLURM_JOB_ID"), env.get("SLURM_STEP_ID")
+                ) == (job_id, step_id)
+                entry["rank"] = env.get("SLURM_PROCID")
+            except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess, OSError):
+                pass
+        found.append(entry)
+    return sorted(found, key=lambda e: (e["port"], str(e["address"])))
