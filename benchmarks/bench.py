@@ -37,11 +37,11 @@ from __future__ import annotations
 import argparse
 import compileall
 import datetime
-import io
-import platform
 import gc
+import io
 import math
 import os
+import platform
 import shutil
 import statistics
 import subprocess
@@ -486,21 +486,21 @@ def bench_in_process(
     rows: list[list[str]] = []
     results: dict[str, float] = {}
     for n in sizes:
-        def values(key: str, n: int = n) -> list[float]:
+        def runs(key: str, n: int = n) -> list[float]:
             return times[f"{n}:{key}"][: rounds[n]]
 
         def per_node(digits: int, n: int = n) -> Callable[[float], str]:
             return lambda s: f"{s / n * 1e6:.{digits}f}"
 
         for key in ("resolve", "tf dict", "resolve" + CPU, "tf dict" + CPU):
-            q1, q2, q3 = quartiles(values(key))
+            q1, q2, q3 = quartiles(runs(key))
             results[f"{n}:{key}"] = q2
             results[f"{n}:{key}:q1"], results[f"{n}:{key}:q3"] = q1, q3
         rows.append([
-            f"{n:,}", with_spread(values("resolve"), ms), with_spread(values("resolve"), per_node(3)),
-            with_spread(values("torch"), ms), with_spread(values("tf dict"), ms),
-            with_spread(values("tf dict"), per_node(2)),
-            "refused (> 128 KiB)" if f"{n}:tf" not in times else with_spread(values("tf"), ms),
+            f"{n:,}", with_spread(runs("resolve"), ms), with_spread(values("resolve"), per_node(3)),
+            with_spread(runs("torch"), ms), with_spread(values("tf dict"), ms),
+            with_spread(runs("tf dict"), per_node(2)),
+            "refused (> 128 KiB)" if f"{n}:tf" not in times else with_spread(runs("tf"), ms),
         ])
     # The rank-0 address must not need the whole node list: name 0 of a list whose second
     # part is huge expands only the first part (the port needs no node list at all).
