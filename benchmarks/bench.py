@@ -497,8 +497,8 @@ def bench_in_process(
             results[f"{n}:{key}"] = q2
             results[f"{n}:{key}:q1"], results[f"{n}:{key}:q3"] = q1, q3
         rows.append([
-            f"{n:,}", with_spread(runs("resolve"), ms), with_spread(values("resolve"), per_node(3)),
-            with_spread(runs("torch"), ms), with_spread(values("tf dict"), ms),
+            f"{n:,}", with_spread(runs("resolve"), ms), with_spread(runs("resolve"), per_node(3)),
+            with_spread(runs("torch"), ms), with_spread(runs("tf dict"), ms),
             with_spread(runs("tf dict"), per_node(2)),
             "refused (> 128 KiB)" if f"{n}:tf" not in times else with_spread(runs("tf"), ms),
         ])
