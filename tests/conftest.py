@@ -83,7 +83,7 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, None]:
     outcome = yield
-    _must_not_skip(outcome.get_result())  # type: ignore[attr-defined]
+    _must_not_skip(outcome.get_result())
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -91,7 +91,7 @@ def pytest_make_collect_report(
     collector: pytest.Collector,
 ) -> Generator[None, pytest.CollectReport, None]:
     outcome = yield
-    _must_not_skip(outcome.get_result())  # type: ignore[attr-defined]
+    _must_not_skip(outcome.get_result())
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

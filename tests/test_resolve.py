@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import tempfile
 
 import pytest
@@ -231,6 +232,57 @@ def test_job_level_values_never_leak_into_the_step() -> None:
     assert "other" not in str(res.to_dict())
 
 
+@st.composite
+def arbitrary_with_duplicates(draw: st.DrawFn) -> tuple[list[str], list[int], list[str]]:
+    """-m arbitrary, where Slurm allows a host name many times (one host file line per task),
+    interleaved in any order, on up to 40 nodes."""
+    nnodes = draw(st.integers(1, 40))
+    hosts = [f"n{i:02d}" for i in range(nnodes)]
+    counts = draw(st.lists(st.integers(1, 5), min_size=nnodes, max_size=nnodes))
+    lines = draw(st.permutations([h for h, c in zip(hosts, counts) for _ in range(c)]))
+    assume(len(set(lines)) < len(lines))  # some host named more than once
+    return hosts, counts, lines
+
+
+@given(arbitrary_with_duplicates(), st.randoms(use_true_random=False))
+@settings(max_examples=60, deadline=None)
+def test_host_file_with_repeated_names(
+    case: tuple[list[str], list[int], list[str]], rng: random.Random
+) -> None:
+    hosts, counts, lines = case
+    node_of, local_of = synth.reference_layout(counts, "arbitrary", None, hosts, lines)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "hostfile")
+        with open(path, "w") as handle:
+            handle.write("\n".join(lines) + "\n")
+        ntasks = len(lines)
+        for rank in sorted({0, ntasks - 1, rng.randrange(ntasks)}):
+            env = synth.step_env(hosts, counts, rank, "arbitrary", hostfile_hosts=lines,
+                                 SLURM_HOSTFILE=path)
+            res = resolve(env)
+            want = synth.expected(hosts, counts, rank, "arbitrary", None, lines)
+            assert {n: int(v) for n, v in res.env("torch").items() if n in TORCH} == {
+                n: want[n] for n in TORCH}
+            assert res.master_addr == lines[0] == want["MASTER_NODE"]
+            workers = res.tf_config["cluster"]["worker"]
+            assert [w.rsplit(":", 1)[0] for w in workers] == lines
+            assert len(set(workers)) == len(workers)
+            assert (list(res.node_of), list(res.local_of)) == (node_of, local_of)
+
+
+@pytest.mark.xfail(strict=True, reason="slurmenv accepts a step node list that names a node "
+                   "twice (Slurm never writes one): two ranks then get the same host:port in "
+                   "TF_CONFIG. Reported with issue 14; remove this mark when it is refused.")
+def test_step_node_list_naming_a_node_twice_is_refused() -> None:
+    env = synth.step_env(["n1", "n1"], [2, 2], 0, nodelist="n1,n1")
+    try:
+        workers = resolve(env).tf_config["cluster"]["worker"]
+    except SlurmEnvError as err:
+        assert err.variable == "SLURM_STEP_NODELIST"
+        return
+    assert len(set(workers)) == len(workers), workers
+
+
 def test_topology_ordered_layout_is_detected() -> None:
     # Slurm 26.05 with a topology plugin: block layout in another node order. This task's own
     # SLURM_NODEID says rank 0 is on the second node; slurmenv must not guess.
@@ -366,8 +418,8 @@ def reference_ports(variable: str, value: str) -> tuple[int, list[int]]:
     if text and variable == "SLURM_STEP_RESV_PORTS":
         reserved: list[int] = []
         for part in text.split(","):
-            lo, _, hi = part.partition("-")
-            reserved += range(int(lo), int(hi or lo) + 1)
+            first, _, last = part.partition("-")
+            reserved += range(int(first), int(last or first) + 1)
         return reserved[0], reserved[1: 1 + per_node]
     lo, hi = 10000, 32767
     if text and variable == "SLURMENV_PORT_RANGE":
