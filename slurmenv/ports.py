@@ -76,7 +76,7 @@ def parse_range(text: str, variable: str) -> tuple[int, int]:
 
 def parse_port(text: str, variable: str) -> int:
     """Parse one TCP port number (1024-65535)."""
-    if not _is_number(text.strip()) or not 1024 <= int(text) <= 65535:
+    if not _is_number(text := text.strip()) or not 1024 <= int(text) <= 65535:
         raise SlurmEnvError(
             "not a usable TCP port",
             variable=variable,

@@ -2,6 +2,11 @@
 # The whole test suite, on a fresh Debian machine: installs what it needs, then runs lint,
 # type checks, shellcheck, every test (the real Slurm cluster ones need root) and the
 # benchmarks in short mode. The README's test command and .ci/run both call this.
+# Without root (or network namespaces) the real-cluster tests skip, with the reason; with
+# SLURMENV_REQUIRE_CLUSTER=1 (.ci/run sets it) every skip is a failure instead.
+# The tests run this checkout: it is installed editable into $PYTHON (replacing any other
+# clone's install), and the test session stops unless `import slurmenv` and the `slurmenv`
+# on PATH both come from this tree (tests/checkout.py).
 set -eu
 cd "$(dirname -- "$0")/.."
 PY=${PYTHON:-python3}
@@ -45,6 +50,7 @@ if command -v shellcheck >/dev/null 2>&1; then
 else
   echo "shellcheck not installed: shell shims not linted" >&2
 fi
+echo "SLURMENV_REQUIRE_CLUSTER=${SLURMENV_REQUIRE_CLUSTER:-} (1: every skip is a failure)"
 "$PY" -m pytest "$@"
 if [ -f benchmarks/bench.py ]; then
   "$PY" benchmarks/bench.py --short

@@ -22,6 +22,11 @@ CHECK = str(Path(__file__).parent / "programs" / "torchrun_check.py")
 TIMEOUT = 240
 
 
+# The checks name the nodes: ask for them, or a busy node (a previous job still completing)
+# sends the step to r2n09/r2n10.
+TWO_NODES = ["-N2", "-w", "r1n[09-10]", "--ntasks-per-node=1"]
+
+
 def results_by_task(per_task: dict[int, list[str]]) -> dict[int, list[dict[str, Any]]]:
     """Slurm task (= node) -> the RESULT lines its torchrun's workers printed."""
     return {
@@ -55,7 +60,7 @@ def test_options_filled_from_the_real_step(slurm_cluster: SlurmCluster) -> None:
     script = ('echo "PORTS=$SLURM_STEP_RESV_PORTS JOB=$SLURM_JOB_ID.$SLURM_STEP_ID"; '
               "slurmenv torchrun --dry-run train.py")
     cmd = ["bash", "-c", script]
-    res = ok(slurm_cluster.srun(["-N2", "--ntasks-per-node=1"], cmd))
+    res = ok(slurm_cluster.srun(TWO_NODES, cmd))
     for task, lines in res.per_task.items():
         facts = dict(word.split("=", 1) for word in lines[0].split())
         command = lines[1]
@@ -70,7 +75,7 @@ def test_options_filled_from_the_real_step(slurm_cluster: SlurmCluster) -> None:
 
 def test_slurmenv_torchrun_two_nodes_two_workers(slurm_cluster: SlurmCluster) -> None:
     res = ok(slurm_cluster.srun(
-        ["-N2", "--ntasks-per-node=1"],
+        TWO_NODES,
         ["slurmenv", "torchrun", "--nproc-per-node=2", CHECK],
         timeout=TIMEOUT,
     ))
@@ -79,7 +84,7 @@ def test_slurmenv_torchrun_two_nodes_two_workers(slurm_cluster: SlurmCluster) ->
 
 def test_plain_torchrun_with_exported_pet_variables(slurm_cluster: SlurmCluster) -> None:
     script = f"eval $(slurmenv export --for torchrun); exec torchrun --nproc-per-node=2 {CHECK}"
-    res = ok(slurm_cluster.srun(["-N2", "--ntasks-per-node=1"], ["bash", "-c", script],
+    res = ok(slurm_cluster.srun(TWO_NODES, ["bash", "-c", script],
                                 timeout=TIMEOUT))
     check_two_nodes_four_ranks(res.per_task, ["r1n09", "r1n10"])
 
@@ -98,7 +103,7 @@ def test_refuses_two_tasks_per_node(slurm_cluster: SlurmCluster) -> None:
 def test_two_concurrent_steps_of_one_job(slurm_cluster: SlurmCluster) -> None:
     step = f"srun --overlap --label slurmenv torchrun --nproc-per-node=2 {CHECK} > step$1.out"
     script = f"#!/bin/sh\nrun() {{ {step}; }}\nrun 0 & run 1 & wait\ncat step0.out\necho ==\ncat step1.out\n"
-    job = slurm_cluster.sbatch(script, ["-N2", "--ntasks-per-node=1"], timeout=TIMEOUT)
+    job = slurm_cluster.sbatch(script, TWO_NODES, timeout=TIMEOUT)
     assert job.returncode == 0, job.stderr
     first, second = job.stdout.split("==\n")
     ids = set()

@@ -442,3 +442,96 @@ def test_same_names_as_scontrol(scontrol: tuple[str, dict[str, str]], text: str)
     listed = nodes.NodeList(text, "SLURM_STEP_NODELIST")
     spot_check(listed, expected)
     assert listed.names() == expected
+
+
+# --- the closed forms and whole steps at large sizes (hypothesis) --------------------------------
+
+@st.composite
+def large_counts(draw: st.DrawFn) -> list[int]:
+    """Task counts of hundreds to thousands of nodes: equal counts (the closed form of the
+    round-robin layouts), or a few runs of different counts (block's closed form; cyclic and
+    plane then place in full)."""
+    if draw(st.booleans()):
+        return [draw(st.integers(1, 40))] * draw(st.integers(100, 3000))
+    runs = [(draw(st.integers(1, 12)), draw(st.integers(100, 400)))]  # hundreds of nodes...
+    runs += draw(st.lists(st.tuples(st.integers(1, 12), st.integers(1, 400)), max_size=4))
+    return [per for per, nodes_ in runs for _ in range(nodes_)]
+
+
+@given(large_counts(), st.sampled_from([None, "block", "cyclic", "plane"]), st.integers(1, 48),
+       st.randoms(use_true_random=False))
+@settings(max_examples=40, deadline=None)
+def test_one_ranks_place_at_large_sizes(
+    counts: list[int], distribution: str | None, plane: int, rng: random.Random
+) -> None:
+    """layout.locate / ranks_on against Slurm's layout (synth.py) with hundreds to thousands of
+    nodes and up to 40 tasks per node, at the ends, the round boundaries and random places."""
+    from slurmenv import layout
+
+    size = plane if distribution == "plane" else 0
+    dist = layout.Distribution(distribution or "default", size)
+    node_of, local_of = synth.reference_layout(counts, distribution, size or None)
+    ntasks, nnodes = len(node_of), len(counts)
+    chunk = size or 1
+    assert nnodes >= 100
+    ranks = {0, 1, ntasks - 1, ntasks // 2, *(rng.randrange(ntasks) for _ in range(60))}
+    for boundary in (nnodes * chunk, counts[0], nnodes):  # end of a round, of a node
+        ranks.update(r for r in (boundary - 1, boundary) if 0 <= r < ntasks)
+    for rank in sorted(ranks):
+        assert layout.locate(counts, dist, rank) == (node_of[rank], local_of[rank]), rank
+    on: dict[int, list[int]] = {}
+    for rank, node in enumerate(node_of):
+        on.setdefault(node, []).append(rank)
+    for node in sorted({0, 1, nnodes - 1, *(rng.randrange(nnodes) for _ in range(30))}):
+        assert layout.ranks_on(counts, dist, node) == on[node], node
+    assert layout.total(counts) == ntasks and layout.largest(counts) == max(counts)
+
+
+@st.composite
+def large_steps(draw: st.DrawFn) -> tuple[list[str], list[int], str, str | None, int | None]:
+    """A step on hundreds of nodes named in several bracket groups (two-dimensional ones
+    too), as Slurm compresses them, with uneven or equal task counts."""
+    hosts: list[str] = []
+    text_parts = []
+    for g in range(draw(st.integers(1, 3))):
+        racks = draw(st.integers(1, 4))
+        per_rack = draw(st.integers(20, 150))
+        width = draw(st.integers(len(str(per_rack)), 4))
+        prefix = "abc"[g]
+        if racks == 1:
+            text_parts.append(f"{prefix}n[{0:0{width}d}-{per_rack - 1:0{width}d}]")
+            hosts += [f"{prefix}n{i:0{width}d}" for i in range(per_rack)]
+        else:
+            text_parts.append(f"{prefix}r[1-{racks}]n[{0:0{width}d}-{per_rack - 1:0{width}d}]")
+            hosts += [f"{prefix}r{r}n{i:0{width}d}" for r in range(1, racks + 1)
+                      for i in range(per_rack)]
+    if draw(st.booleans()):
+        counts = [draw(st.integers(1, 8))] * len(hosts)
+    else:
+        counts = draw(st.lists(st.integers(1, 8), min_size=len(hosts), max_size=len(hosts)))
+    dist = draw(st.sampled_from([None, "block", "cyclic", "plane"]))
+    plane = draw(st.integers(1, 6)) if dist == "plane" else None
+    return hosts, counts, ",".join(text_parts), dist, plane
+
+
+@given(large_steps(), st.randoms(use_true_random=False))
+@settings(max_examples=25, deadline=None)
+def test_large_steps_resolve_like_slurm(
+    step: tuple[list[str], list[int], str, str | None, int | None], rng: random.Random
+) -> None:
+    """Whole resolutions of steps on hundreds of hosts: sampled ranks get the reference's
+    values, TF_CONFIG puts every rank on its host, and the layout is Slurm's."""
+    hosts, counts, nodelist, dist, plane = step
+    assert len(hosts) >= 20
+    ntasks = sum(counts)
+    node_of, local_of = synth.reference_layout(counts, dist, plane, hosts)
+    for rank in sorted({0, ntasks - 1, *(rng.randrange(ntasks) for _ in range(4))}):
+        env = synth.step_env(hosts, counts, rank, dist, plane, nodelist=nodelist)
+        res = resolve(env)
+        want = expected_torch(hosts, counts, rank, distribution=dist, plane=plane)
+        assert want.items() <= res.env("torch").items()
+        workers = res.tf_config["cluster"]["worker"]
+        assert [w.rsplit(":", 1)[0] for w in workers] == [hosts[n] for n in node_of]
+        assert (list(res.hosts), list(res.node_of), list(res.local_of)) == (
+            hosts, node_of, local_of)
+        assert res.hostname == hosts[node_of[rank]]
