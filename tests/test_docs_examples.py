@@ -59,11 +59,6 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 # Pages that other branches are writing; links to them are accepted until they exist. The lead
 # empties this list when merging them (test_pending_pages_do_not_exist_yet fails otherwise).
 PENDING = {
-    "docs/launchers.md",
-    "docs/fail-closed.md",
-    "docs/testing.md",
-    "docs/performance.md",
-    "docs/frameworks",  # a folder of pages (frameworks/torch.md, ...); linked as a folder
 }
 
 MARKER = re.compile(r"^\s*<!--\s*env:\s*(.*?)\s*-->\s*$")
