@@ -227,6 +227,18 @@ class SlurmStep(Topology):
             node, local = layout.locate(self.counts, dist, self.procid)
             if gtids is not None:
                 expected = layout.ranks_on(self.counts, dist, self.nodeid)
+        if node == self.nodeid and local == self.localid and gtids is not None and expected is not None \
+                and gtids != expected:
+            # this task's own place agrees with the layout: the set of ranks is what is wrong
+            raise SlurmEnvError(
+                f"SLURM_GTIDS={gtids_text} says node {self.nodeid} runs ranks {gtids_text}, but the "
+                f"{self.layout_name()} layout, which SLURM_NODEID={self.nodeid} and "
+                f"SLURM_LOCALID={self.localid} of rank {self.procid} agree with, puts ranks "
+                f"{','.join(map(str, expected))} there",
+                variable="SLURM_GTIDS", value=gtids_text,
+                fix="SLURM_GTIDS comes from Slurm: do not set it by hand or carry it from another "
+                "step or node; run slurmenv in the srun task itself, where Slurm sets it",
+            )
         if node != self.nodeid or local != self.localid or (gtids is not None and gtids != expected):
             raise SlurmEnvError(
                 f"Slurm placed this task (rank {self.procid}) on node {self.nodeid} as local rank "
