@@ -160,6 +160,8 @@ def format_table(table: Mapping[str, Any]) -> str:
     where = (
         f"job {table['job_id']} step {table['step_id']}" if table["job_id"] else table["launcher"]
     )
+    if table["job_id"] and table["step_id"] is None:
+        where = f"{table['launcher']} in job {table['job_id']}"
     layout = f", {table['layout']} layout" if table["layout"] else ""
     title = (
         f"{where}: {table['world_size']} ranks on {table['nnodes']} nodes{layout}; "
@@ -216,7 +218,11 @@ def one_line(res: Resolution, environ: Mapping[str, str]) -> str:
     gpus, _ = gpu_column(res, environ)
     tf = addresses[res.rank] if addresses else "?"
     tf_width = max((len(a) for a in addresses), default=1) if addresses else 1
-    step = f"{res.job_id}.{res.step_id}" if res.job_id else "-"
+    # under mpirun in a batch script there is a job but no step of this task: say job=N
+    if res.job_id and res.step_id is not None:
+        where = f"step={res.job_id}.{res.step_id}"
+    else:
+        where = f"job={res.job_id}" if res.job_id else "step=-"
     hostname = res.hostname or socket.gethostname()
     host_width = max(len(h) for h in (*hosts, hostname))
     fields = [
@@ -227,7 +233,7 @@ def one_line(res: Resolution, environ: Mapping[str, str]) -> str:
         f"master={res.master_addr}:{res.master_port}",
         f"tf={tf:<{tf_width}}",
         f"cluster={digest}",
-        f"step={step}",
+        where,
         f"gpus={gpus[res.rank]}",
     ]
     return " ".join(fields)
@@ -267,6 +273,8 @@ def _own_task(
     res: Resolution, values: Mapping[str, str], unknown: Mapping[str, SlurmEnvError] | None = None
 ) -> str:
     where = f"job {res.job_id} step {res.step_id}" if res.job_id else "no Slurm job"
+    if res.job_id and res.step_id is None:
+        where = f"job {res.job_id}, not in a step of it"
     out = [f"launcher: {res.launcher} ({where}), task on {res.hostname or '(host unknown)'}"]
     unknown = unknown or {}
     width = max(len(name) for name in [*values, *unknown])

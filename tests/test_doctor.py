@@ -470,3 +470,17 @@ def test_lightning_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setitem(sys.modules, name, None)  # type: ignore[arg-type]
     check = lightning_check([1, 1], SLURM_NTASKS_PER_NODE="2", SLURM_JOB_NAME="train.sh")
     assert (check.verdict, check.message) == ("ok", "Lightning is not installed here: nothing to check")
+
+
+def test_mpi_rank_in_a_job_but_in_no_step() -> None:
+    """mpirun in a batch script (recorded, tests/fixtures/mpi/): job 1, no step of the ranks.
+    Before, the ports check said 'ports of step 1.None'."""
+    path = os.path.join(os.path.dirname(__file__), "fixtures", "mpi", "openmpi_default.json")
+    with open(path, encoding="utf-8") as handle:
+        env = dict(json.load(handle)["ranks"][0]["env"])
+    report = doctor.diagnose(env, {}, ephemeral=(32768, 60999),
+                             facts=facts(node="r1n09", master="r1n09"))
+    assert report.title == "rank 0 of 8 on r1n09 (Open MPI job 1)"
+    ports = next(c for c in report.checks if c.name == "ports")
+    assert ports.message.startswith("ports of job 1 opened on r1n09"), ports.message
+    assert all("None" not in c.message for c in report.checks)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import slurmenv
-from slurmenv import dump, launchers, ports
+from slurmenv import derive, dump, launchers, ports
 from slurmenv.errors import SlurmEnvError
 from slurmenv.launchers import base, openmpi
 
@@ -104,6 +104,45 @@ def test_open_mpi_host_list_without_mpiruns_node_is_refused_by_the_ranks_it_misp
         err = refusal(ranks[rank]["env"])
         assert err.variable == "SLURM_NODEID"
         assert "runs no rank of this launch" in err.message
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_given_master_addr_resolves_the_rank_0_node_refusal(how: str) -> None:
+    """The refusal above tells the user to pass --master-addr (or SLURMENV_MASTER_ADDR): with
+    it, the ranks refused only for rank 0's node resolve to that address, and say it was
+    given. The ranks refused for their node index (r2n09) stay refused: the address does not
+    tell that."""
+    ranks = {mpi_rank(r["env"]): r for r in launch("openmpi_hostx")}
+
+    def given(env: dict[str, str]) -> slurmenv.Resolution:
+        if how == "option":
+            return resolve(env, master_addr="10.0.0.1")
+        return resolve({**env, "SLURMENV_MASTER_ADDR": "10.0.0.1"})
+
+    for rank in (0, 1):  # both on r1n10, where rank 0 really ran
+        res = given(ranks[rank]["env"])
+        out = res.env("torch")
+        assert out["MASTER_ADDR"] == "10.0.0.1"
+        assert (out["RANK"], out["WORLD_SIZE"]) == (str(rank), "4")
+        assert res.sources["MASTER_ADDR"] == derive.EXPLICIT_ADDR_SOURCE
+        assert "--master-addr" in res.sources["MASTER_ADDR"]
+        assert "SLURMENV_MASTER_ADDR" in res.sources["MASTER_ADDR"]
+    for rank in (2, 3):
+        with pytest.raises(SlurmEnvError) as info:
+            given(ranks[rank]["env"]).env("torch")
+        assert info.value.variable == "SLURM_NODEID"
+
+
+def test_rank_0_node_fix_text_is_the_one_documented() -> None:
+    """docs/launchers.md quotes the refusal and its fix: both must be what slurmenv says."""
+    err = refusal(launch("openmpi_hostx")[0]["env"])
+    page = (Path(__file__).resolve().parent.parent / "docs" / "launchers.md").read_text()
+    line = next(text for text in page.split("\n\n") if text.startswith("Fix texts:"))
+    quoted = line.split("`")[1]  # `the address of rank 0 cannot be known here: …`
+    assert quoted.endswith("…") and err.message.startswith(quoted[:-1])
+    assert err.fix == derive.ADDR_FIX
+    for option in ("--master-addr", "SLURMENV_MASTER_ADDR"):
+        assert option in err.fix and option in line
 
 
 def test_lowest_rank_on_rank_0s_node_must_be_rank_0() -> None:

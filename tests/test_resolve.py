@@ -270,17 +270,22 @@ def test_host_file_with_repeated_names(
             assert (list(res.node_of), list(res.local_of)) == (node_of, local_of)
 
 
-@pytest.mark.xfail(strict=True, reason="slurmenv accepts a step node list that names a node "
-                   "twice (Slurm never writes one): two ranks then get the same host:port in "
-                   "TF_CONFIG. Reported with issue 14; remove this mark when it is refused.")
 def test_step_node_list_naming_a_node_twice_is_refused() -> None:
+    # Slurm never lists a node twice for a step; accepting it gave two ranks one host:port.
     env = synth.step_env(["n1", "n1"], [2, 2], 0, nodelist="n1,n1")
-    try:
-        workers = resolve(env).tf_config["cluster"]["worker"]
-    except SlurmEnvError as err:
-        assert err.variable == "SLURM_STEP_NODELIST"
-        return
-    assert len(set(workers)) == len(workers), workers
+    with pytest.raises(SlurmEnvError) as info:
+        resolve(env)
+    assert info.value.variable == "SLURM_STEP_NODELIST"
+    assert "n1,n1" in str(info.value)
+    assert "do not set them by hand" in str(info.value)
+
+
+def test_step_node_list_repeating_a_node_in_a_range_is_refused() -> None:
+    env = synth.step_env(["n1", "n2", "n1"], [1, 1, 1], 0, nodelist="n[1-2],n1")
+    with pytest.raises(SlurmEnvError) as info:
+        resolve(env)
+    assert info.value.variable == "SLURM_STEP_NODELIST"
+    assert "names 3 nodes but only 2 different ones" in str(info.value)
 
 
 def test_topology_ordered_layout_is_detected() -> None:

@@ -12,6 +12,7 @@ import os
 import random
 import re
 from collections.abc import Mapping
+from pathlib import Path
 
 import pytest
 import synth
@@ -228,3 +229,30 @@ def test_all_ranks_under_torchrun_says_why_not(
     assert "--all-ranks needs the whole step's layout, but torchrun" in capsys.readouterr().err
     assert main(["show", "--one-line"]) == 0  # this task alone is known
     assert capsys.readouterr().out.startswith("rank=1/2 node=r1n10 ")
+
+
+def mpi_rank_env(name: str, rank: int) -> dict[str, str]:
+    """A rank recorded on the real cluster (tests/fixtures/mpi/, see test_mpi.py)."""
+    path = Path(__file__).resolve().parent / "fixtures" / "mpi" / f"{name}.json"
+    ranks = json.loads(path.read_text())["ranks"]
+    return dict(ranks[rank]["env"])
+
+
+def test_mpi_rank_in_a_job_but_in_no_step_says_job_not_step(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """mpirun in a batch script: the ranks are in job 1 but in no step of it (the daemon step
+    is not theirs). Before, --one-line printed step=1.None and show 'job 1 step None'."""
+    env = mpi_rank_env("openmpi_default", 0)
+    res = slurmenv.resolve(env, ephemeral_range=None, cpus=1)
+    assert (res.launcher, res.job_id, res.step_id) == ("openmpi", "1", None)
+    line = show.one_line(res, env)
+    assert " job=1 " in line and "step=" not in line and "None" not in line
+    use_env(monkeypatch, env)
+    assert main(["show"]) == 0
+    out = capsys.readouterr().out
+    assert "launcher: openmpi (job 1, not in a step of it)" in out
+    assert "None" not in out
+    # Hydra's ranks are tasks of its proxy step: that one is still shown
+    hydra = mpi_rank_env("hydra_default", 0)
+    assert " step=1.6 " in show.one_line(slurmenv.resolve(hydra, ephemeral_range=None), hydra)

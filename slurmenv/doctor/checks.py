@@ -206,6 +206,8 @@ def _check_ports(ctx: Context) -> Check:
     lines = {port: what for port, what in here}
     shown = ", ".join(f"{p} ({w})" for p, w in here) or "none"
     step = f" of step {res.job_id}.{res.step_id}" if res.job_id else ""
+    if res.job_id and res.step_id is None:  # mpirun in a batch script: a job, no step
+        step = f" of job {res.job_id}"
     eph = ctx.ephemeral
     bad = [p for p in lines if ports.in_ephemeral(p, eph)]
     if bad and eph:

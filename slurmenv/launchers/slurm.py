@@ -114,7 +114,7 @@ class SlurmStep(Topology):
     # Topology ---------------------------------------------------------------------------
     def node_list(self) -> nodes.NodeList:
         """SLURM_STEP_NODELIST, counted against SLURM_STEP_NUM_NODES on first use (which
-        expands it with python-hostlist); looking up a name expands only the parts up to it."""
+        expands it with python-hostlist) and refused when it names a node twice."""
         if self._nodes is None:
             listed = nodes.NodeList(self.nodelist, "SLURM_STEP_NODELIST")
             if len(listed) != self.nnodes:
@@ -124,6 +124,15 @@ class SlurmStep(Topology):
                     variable="SLURM_STEP_NODELIST",
                     value=self.nodelist,
                     fix="these come from the same step; do not set them by hand or mix in job values",
+                )
+            seen = set(listed.names())
+            if len(seen) != len(listed):
+                raise SlurmEnvError(
+                    f"SLURM_STEP_NODELIST names {len(listed)} nodes but only {len(seen)} "
+                    "different ones (Slurm lists each node of a step once)",
+                    variable="SLURM_STEP_NODELIST",
+                    value=self.nodelist,
+                    fix="these come from Slurm; do not set them by hand",
                 )
             self._nodes = listed
         return self._nodes
@@ -218,6 +227,18 @@ class SlurmStep(Topology):
             node, local = layout.locate(self.counts, dist, self.procid)
             if gtids is not None:
                 expected = layout.ranks_on(self.counts, dist, self.nodeid)
+        if node == self.nodeid and local == self.localid and gtids is not None and expected is not None \
+                and gtids != expected:
+            # this task's own place agrees with the layout: the set of ranks is what is wrong
+            raise SlurmEnvError(
+                f"SLURM_GTIDS={gtids_text} says node {self.nodeid} runs ranks {gtids_text}, but the "
+                f"{self.layout_name()} layout, which SLURM_NODEID={self.nodeid} and "
+                f"SLURM_LOCALID={self.localid} of rank {self.procid} agree with, puts ranks "
+                f"{','.join(map(str, expected))} there",
+                variable="SLURM_GTIDS", value=gtids_text,
+                fix="SLURM_GTIDS comes from Slurm: do not set it by hand or carry it from another "
+                "step or node; run slurmenv in the srun task itself, where Slurm sets it",
+            )
         if node != self.nodeid or local != self.localid or (gtids is not None and gtids != expected):
             raise SlurmEnvError(
                 f"Slurm placed this task (rank {self.procid}) on node {self.nodeid} as local rank "
