@@ -72,8 +72,10 @@ def test_inside_a_real_step_slurm_stays_the_truth(name: str) -> None:
     """srun --mpi=cray_shasta tasks carry PALS_*, yet Slurm's variables describe them: the
     registry tries slurm first, and PMI_CONTROL_PORT (the first reserved port) is skipped."""
     for rank, env in enumerate(real_tasks(name, hide_slurm=False)):
-        assert launchers.detect(env).NAME == "slurm"
+        # a heterogeneous step is read by the het module, a Slurm step all the same
+        assert launchers.detect(env).NAME == ("slurm-het" if name == "het" else "slurm")
         res = slurmenv.resolve(env, **NO_EPHEMERAL)
+        assert res.launcher == "slurm"
         assert res.rank == rank
         reserved = ports.parse_port_list(env["SLURM_STEP_RESV_PORTS"], "SLURM_STEP_RESV_PORTS")
         assert env["PMI_CONTROL_PORT"] == str(reserved[0])
