@@ -19,6 +19,7 @@ import synth
 
 import slurmenv
 from slurmenv import cli, doctor, dump, options, show, torchrun
+from slurmenv.doctor.context import _PORT_VARIABLES, Context
 from slurmenv.errors import SlurmEnvError
 from slurmenv.options import ADDRESS, FLAG, PORT, RANGE, TABLE, TEMPLATE
 
@@ -146,9 +147,9 @@ def test_doctor_files_every_option_error_under_options() -> None:
         env = {**synth.step_env(["n1", "n2"], [1, 1], 0), row.variable: SAMPLES[row.kind][2]}
         err = doctor.resolve_for_doctor(env, {})[1]
         assert err is not None and err.variable == row.variable
-        category = doctor._Context(env, {}, None, err, None, None, "all").err_category()
+        category = Context(env, {}, None, err, None, None, "all").err_category()
         # a port variable is filed with the ports (it is one), every other under options
-        assert category == ("ports" if row.variable in doctor._PORT_VARIABLES else "options")
+        assert category == ("ports" if row.variable in _PORT_VARIABLES else "options")
 
 
 def test_torchrun_takes_the_rows_marked_torchrun() -> None:
