@@ -191,6 +191,55 @@ def test_master_port_is_only_checked_on_the_master_node() -> None:
     assert "23457 (TensorFlow, rank 2), 23458 (TensorFlow, rank 3)" in checks["ports"].message
 
 
+def test_inherited_master_port_in_a_job_is_a_warning() -> None:
+    # export MASTER_PORT=29500 in the batch script: kept, but every step of the job takes it
+    for rank, node, found in ((0, "r1n09", facts(node="r1n09")), (3, "r1n10", facts()),
+                              (0, "r1n09", None)):
+        checks = run(step(rank, MASTER_PORT="29500"), found)
+        ports = checks["ports"]
+        assert ports.verdict == "warning", ports
+        assert ports.message.startswith(
+            f"MASTER_PORT=29500 is inherited (exported before srun, e.g. in the batch script): "
+            f"every step and launch of job {synth.DEFAULT_JOB_ID} takes it instead of a port "
+            "derived per step, so concurrent ones collide; ports of step"
+        ), ports
+        assert f"opened on {node}" in ports.message
+        assert ports.fix == "unset MASTER_PORT in the batch script and let slurmenv derive a " \
+            "port per step (or reserve ports with srun --resv-ports=N)"
+        others = {n: v for n, v in verdicts(checks).items() if n != "ports"}
+        assert set(others.values()) <= {"ok", "skipped"}, checks  # only ports warns
+    # the resolver still keeps it: the user's explicit choice
+    report = doctor.diagnose(step(0, MASTER_PORT="29500"), {}, facts=facts(node="r1n09"))
+    assert report.warnings == 1 and report.errors == 0
+    assert "29500 (MASTER_PORT, rank 0)" in report.checks[
+        list(doctor.CHECKS).index("ports")].message
+
+
+def test_master_port_not_inherited_is_no_warning() -> None:
+    given = [
+        step(0, MASTER_PORT="29500", SLURMENV_PORT="23456"),  # SLURMENV_PORT wins, per job
+        step(0, SLURMENV_PORT="23456"),
+        step(0),  # derived per step
+    ]
+    for env in given:
+        assert run(env, facts(node="r1n09"))["ports"].verdict == "ok", env
+    # --port given: the user chose it for this launch
+    checks = run(step(0, MASTER_PORT="29500"), facts(node="r1n09"), options={"port": 23456})
+    assert checks["ports"].verdict == "ok" and "23456 (MASTER_PORT, rank 0)" in \
+        checks["ports"].message
+    # torchrun's workers: torchrun set MASTER_PORT for them (Resolution.fixed)
+    torchrun = step(1, TORCHELASTIC_RUN_ID="x", RANK="1", WORLD_SIZE="8", MASTER_ADDR="r1n09",
+                    MASTER_PORT="29500", LOCAL_WORLD_SIZE="2", LOCAL_RANK="1", GROUP_RANK="0",
+                    GROUP_WORLD_SIZE="4")
+    checks = run(torchrun, facts(node="r1n09"))
+    assert "torchrun" in checks["step"].message
+    assert checks["ports"].verdict == "ok", checks["ports"]
+    # outside a Slurm job: one launch, nothing to collide with
+    outside = run(synth.clean_env(base={}, MASTER_PORT="29500"), facts())
+    assert outside["ports"].verdict == "ok", outside["ports"]
+    assert "29500" in outside["ports"].message
+
+
 def test_port_inside_the_ephemeral_range() -> None:
     checks = run(step(0, MASTER_PORT="40000"), facts(node="r1n09"))
     assert checks["ports"].verdict == "error"

@@ -1,8 +1,8 @@
 """show --all-ranks / --one-line, doctor and dump on the real Slurm test cluster.
 
 The scenarios of the README's debugging section: a healthy step, the batch-script misuse, a
-proxy set, a port already taken on the master node, a node name that does not resolve (and
-GPUs bound per task). Each also takes a ``slurmenv dump --probe`` and checks that replaying it
+proxy set, a port already taken on the master node, a MASTER_PORT exported in the batch
+script, a node name that does not resolve (and GPUs bound per task). Each also takes a ``slurmenv dump --probe`` and checks that replaying it
 gives what the task resolved and diagnosed live. With ``UPDATE_DUMPS=1`` those dumps
 are copied to tests/dumps/ (the fixtures tests/test_dump.py replays anywhere).
 """
@@ -223,6 +223,46 @@ SLURMENV_PORT=23457 srun -N1 -n2 -w r1n09 --overlap bash -c '
     assert re.search(r"already opened by this step: 23457 by rank 0 of this step \(pid \d+",
                      ours["message"]), ours
     keep(d / "taken-dump-0.json", "port-taken")
+
+
+def test_master_port_exported_in_the_batch_script(
+    slurm_cluster: SlurmCluster, tmp_path: pathlib.Path
+) -> None:
+    # The classic batch script: MASTER_PORT reaches every step through srun's environment,
+    # and each step keeps it (the user's choice), so the doctor warns in every task.
+    d = tmp_path
+    script = f"""#!/bin/bash
+export MASTER_PORT=29500
+srun -N2 -n2 bash -c '{SE} doctor --json > {d}/inherited-$SLURM_PROCID.json; echo "rc=$?"'
+srun -N2 -n2 bash -c 'eval $({SE} export); echo "step-$SLURM_STEP_ID=$MASTER_PORT"'
+srun -N1 -n1 {SE} doctor -q
+"""
+    job = slurm_cluster.sbatch(script, ["-N2", "--ntasks-per-node=1"])
+    assert job.returncode == 0, job.stdout + job.stderr
+    out = job.stdout.splitlines()
+    # both tasks of the doctor step exit 0 (a warning), and a second step takes 29500 too
+    assert sorted(line for line in out if line.startswith(("rc=", "step-"))) == [
+        "rc=0", "rc=0", "step-1=29500", "step-1=29500"
+    ], out
+    fix = "unset MASTER_PORT in the batch script and let slurmenv derive a port per step " \
+        "(or reserve ports with srun --resv-ports=N)"
+    for rank in (0, 1):
+        report = json.loads((d / f"inherited-{rank}.json").read_text())
+        assert [c["name"] for c in report["checks"] if c["verdict"] != "ok"] == ["ports"]
+        ports = checks_of(report)["ports"]
+        assert ports["verdict"] == "warning" and ports["fix"] == fix, ports
+        assert ports["message"].startswith(
+            f"MASTER_PORT=29500 is inherited (exported before srun, e.g. in the batch "
+            f"script): every step and launch of job {job.job_id} takes it"
+        ), ports
+    assert "29500 (MASTER_PORT, rank 0)" in checks_of(
+        json.loads((d / "inherited-0.json").read_text()))["ports"]["message"]
+    # the text report (-q: problems only) names it with the fix
+    warn = next(i for i, line in enumerate(out) if line.startswith("warning  ports"))
+    assert "MASTER_PORT=29500 is inherited" in out[warn]
+    assert fix in out[warn + 1]
+    assert out[-1] == f"slurmenv doctor: rank 0 of 1 on r1n09 (job {job.job_id}, step 2): " \
+        "0 errors, 1 warning", out
 
 
 def test_node_name_that_does_not_resolve(

@@ -195,6 +195,34 @@ def _check_interface(ctx: Context) -> Check:
     return Check("interface", OK, reach)
 
 
+#: The fix for an inherited MASTER_PORT inside a Slurm job (see :func:`_inherited_port`).
+INHERITED_PORT_FIX = (
+    "unset MASTER_PORT in the batch script and let slurmenv derive a port per step (or reserve "
+    "ports with srun --resv-ports=N)"
+)
+
+
+def _inherited_port(ctx: Context) -> str | None:
+    """Why an inherited ``MASTER_PORT`` is shared by every step of this Slurm job, or None.
+
+    Inherited: set in the environment, not fixed by the launcher (torchrun's workers) and not
+    overridden by ``--port``/``SLURMENV_PORT``; the resolver keeps it as the user's choice. Any
+    step of a job (``SLURM_JOB_ID`` set) can run beside or after another step or launch of the
+    same job, and all of them would take that port instead of one derived per step.
+    """
+    res, env = ctx.res, ctx.environ
+    value = env.get("MASTER_PORT")
+    if res is None or not value or not env.get("SLURM_JOB_ID") or "MASTER_PORT" in res.fixed:
+        return None
+    if ctx.options.get("port") is not None or env.get("SLURMENV_PORT"):
+        return None
+    return (
+        f"MASTER_PORT={value} is inherited (exported before srun, e.g. in the batch script): "
+        f"every step and launch of job {env['SLURM_JOB_ID']} takes it instead of a port derived "
+        "per step, so concurrent ones collide"
+    )
+
+
 @check("ports", "ports")
 def _check_ports(ctx: Context) -> Check:
     if ctx.err is not None and ctx.err_category() == "ports":
@@ -219,12 +247,13 @@ def _check_ports(ctx: Context) -> Check:
         )
     range_note = f"below the ephemeral range {eph[0]}-{eph[1]}" if eph else \
         "ephemeral range unknown"
+    inherited = _inherited_port(ctx)
     if ctx.facts is None:
-        return Check(
-            "ports", OK,
-            f"ports{step} opened on {ctx.node}: {shown}; {range_note}; listening sockets "
-            "not probed",
-        )
+        message = f"ports{step} opened on {ctx.node}: {shown}; {range_note}; listening " \
+            "sockets not probed"
+        if inherited:
+            return Check("ports", WARNING, f"{inherited}; {message}", INHERITED_PORT_FIX)
+        return Check("ports", OK, message)
     taken = []
     ours = []
     for entry in ctx.facts.get("listening") or []:
@@ -247,6 +276,8 @@ def _check_ports(ctx: Context) -> Check:
     message = f"ports{step} opened on {ctx.node}: {shown}; {range_note}; none taken"
     if ours:
         message += f" (already opened by this step: {'; '.join(ours)})"
+    if inherited:
+        return Check("ports", WARNING, f"{inherited}; {message}", INHERITED_PORT_FIX)
     return Check("ports", OK, message)
 
 
