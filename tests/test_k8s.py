@@ -80,7 +80,8 @@ def test_torchrun_workers_in_a_pod_are_torchruns() -> None:
     # the fix: torchrun in the pod; its workers carry TORCHELASTIC_RUN_ID and their own RANK
     env = {**case("trainer_v2", "four_processes_per_node")[1], "TORCHELASTIC_RUN_ID": "ddp",
            "RANK": "6", "LOCAL_RANK": "2", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4",
-           "GROUP_RANK": "1", "MASTER_ADDR": "ddp-node-0-0.ddp", "MASTER_PORT": "29500"}  # fmt: skip
+           "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2", "MASTER_ADDR": "ddp-node-0-0.ddp",
+           "MASTER_PORT": "29500"}  # fmt: skip
     assert launchers.detect(env).NAME == "torchrun"
     assert slurmenv.resolve(env, **NO_EPHEMERAL).rank == 6
 
