@@ -3,6 +3,7 @@ all-gather of each process's (id + 1); prints JSON."""
 
 import json
 import os
+import socket
 
 import jax
 
@@ -19,6 +20,7 @@ gathered = multihost_utils.process_allgather(np.array([jax.process_index() + 1.0
 line = json.dumps({
     "args": args, "process_count": jax.process_count(), "process_index": jax.process_index(),
     "gathered": np.asarray(gathered).ravel().tolist(), "devices": len(jax.devices()),
+    "host": socket.gethostname(), "ompi_rank": int(os.environ.get("OMPI_COMM_WORLD_RANK", "-1")),
 })
 os.write(1, (line + "\n").encode())
 jax.distributed.shutdown()

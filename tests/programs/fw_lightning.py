@@ -29,7 +29,11 @@ common = {
     "accelerator": "cpu", "devices": devices, "num_nodes": num_nodes, "strategy": "ddp",
     "plugins": [] if env is None else [env],
 }
-out = {"host": socket.gethostname(), "procid": int(os.environ["SLURM_PROCID"])}
+out = {
+    "host": socket.gethostname(), "procid": int(os.environ.get("SLURM_PROCID", "-1")),
+    # under mpirun: the rank Open MPI gave this process (SLURM_PROCID is its daemon's)
+    "ompi_rank": int(os.environ.get("OMPI_COMM_WORLD_RANK", "-1")),
+}
 
 if mode in ("fabric", "builtin"):
     fabric = L.Fabric(**common)
