@@ -340,3 +340,27 @@ def _bindings(
         sources.update(dict.fromkeys(counts.env, counts.source))
         notes.extend(counts.notes)
     return bindings, gpu.gpus, gpu.source, sources, notes
+
+
+def too_few_tf_ports(plan: ports.Ports, needed: int, environ: Mapping[str, str]) -> SlurmEnvError:
+    """TF_CONFIG needs ``needed`` ports per node; the error names where the ports came from
+    (every launcher whose topology builds TF_CONFIG raises this one)."""
+    message = (
+        f"TF_CONFIG needs {needed} ports per node but only {len(plan.tf)} are available "
+        f"({plan.source})"
+    )
+    without = "or export without TF_CONFIG (--for torch)"
+    reserve = needed + len(runtime_ports(environ))
+    if plan.variable == "SLURM_STEP_RESV_PORTS":
+        fix = (f"reserve enough ports: {ports.resv_ports(reserve)} (MASTER_PORT and one "
+               f"TensorFlow port per task on a node), {without}")
+    elif plan.variable in ("MASTER_PORT", "--port", "SLURMENV_PORT"):
+        fix = (f"the TensorFlow ports follow {plan.variable} and would pass 65535: choose a "
+               f"lower port, {without}")
+    elif environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID"):
+        fix = (f"use a wider --port-range (SLURMENV_PORT_RANGE), reserve ports with "
+               f"{ports.resv_ports(reserve)}, {without}")
+    else:
+        fix = f"use a wider --port-range (SLURMENV_PORT_RANGE), {without}"
+    value = environ.get(plan.variable)
+    return SlurmEnvError(message, variable=plan.variable, value=value, fix=fix)

@@ -204,3 +204,16 @@ def test_dump_keeps_the_apinfo_file_for_replay(tmp_path: Path) -> None:
     res, recorded = dump.load(str(saved)).replay()
     assert res is not None and recorded == data["resolution"]
     assert (res.launcher, res.rank, res.node_rank, res.master_addr) == ("pals", 5, 1, PBS["apinfo"]["hosts"][0])
+
+
+def test_too_few_tensorflow_ports_name_where_the_ports_came_from() -> None:
+    """The one shared refusal (derive.too_few_tf_ports): here the TF ports follow --port and
+    would pass 65535, so the error names --port, not the formula's range. Only TF_CONFIG is
+    refused: the torch variables still resolve (the fix says --for torch)."""
+    env = real_tasks("default", hide_slurm=True)[0]
+    res = slurmenv.resolve(env, port=65535, **NO_EPHEMERAL)
+    assert res.master_port == 65535 and res.env("torch")["MASTER_PORT"] == "65535"
+    with pytest.raises(SlurmEnvError) as info:
+        res.tf_config  # noqa: B018 - computes TF_CONFIG
+    assert info.value.variable == "--port"
+    assert "--for torch" in (info.value.fix or "")

@@ -77,7 +77,8 @@ class PalsLayout(Topology):
     layout_known = True
 
     def __init__(self, hosts: Sequence[str], node_of: Sequence[int], local_of: Sequence[int],
-                 source: str) -> None:  # fmt: skip
+                 source: str, environ: Mapping[str, str]) -> None:  # fmt: skip
+        self.environ = environ  # for the variable a refusal names
         self._hosts = list(hosts)
         self._node_of = list(node_of)
         self._local_of = list(local_of)
@@ -103,18 +104,17 @@ class PalsLayout(Topology):
         return f"as the apinfo file tells ({self.source})"
 
     def tf_source(self) -> str:
-        return f"{self.source}, TensorFlow ports {self.tf_ports()} by local rank"
+        # a sentence only: too few ports refuse TF_CONFIG itself, not the whole resolution
+        return f"{self.source}, TensorFlow ports {self.port_plan.tf[: max(self.counts)]} by " \
+            "local rank"
 
     def tf_ports(self) -> list[int]:
         needed = max(self.counts)
         tf = self.port_plan.tf
         if len(tf) < needed:
-            raise SlurmEnvError(
-                f"TF_CONFIG needs {needed} ports per node but only {len(tf)} are available "
-                f"({self.port_plan.source})",
-                variable="SLURMENV_PORT_RANGE", value=None,
-                fix="use a wider --port-range, or export without TF_CONFIG (--for torch)",
-            )
+            from ..derive import too_few_tf_ports
+
+            raise too_few_tf_ports(self.port_plan, needed, self.environ)
         return tf[:needed]
 
     def tf_workers(self) -> list[str]:
@@ -198,7 +198,7 @@ def apinfo_task(environ: Mapping[str, str], rank: int, path: str) -> Task:
         hostname=hosts[node], sources=sources, master_host=master,
         master_source=f"node of rank 0 = {master} in {told}",
         port_seed=seed, port_seed_source=seed_source, reserved_ports=None,
-        topology=PalsLayout(hosts, info.nodes, info.local, told),
+        topology=PalsLayout(hosts, info.nodes, info.local, told, environ),
         job_id=environ.get("PBS_JOBID") or None, step_id=environ.get("PALS_APID") or None,
         own_bindings=True, notes=tuple(notes),
         origin=_origin(environ), label=_label(environ),

@@ -285,6 +285,8 @@ class SlurmStep(Topology):
         """The TF port of each local rank (the same on every node); refuses too few."""
         plan, needed = self.port_plan, layout.largest(self.counts)
         if len(plan.tf) < needed:
+            from ..derive import too_few_tf_ports
+
             raise too_few_tf_ports(plan, needed, self.environ)
         return plan.tf[:needed]
 
@@ -297,29 +299,6 @@ class SlurmStep(Topology):
         placed = self.known()
         suffixes = [f":{port}" for port in tf_ports]
         return [hosts[n] + suffixes[k] for n, k in zip(placed.node_of, placed.local_of)]
-
-
-def too_few_tf_ports(plan: ports.Ports, needed: int, environ: Mapping[str, str]) -> SlurmEnvError:
-    """TF_CONFIG needs ``needed`` ports per node; the error names where the ports came from."""
-    message = (
-        f"TF_CONFIG needs {needed} ports per node but only {len(plan.tf)} are available "
-        f"({plan.source})"
-    )
-    without = "or export without TF_CONFIG (--for torch)"
-    from ..derive import runtime_ports  # ports the MPI runtime takes need reserving too
-
-    reserve = needed + len(runtime_ports(environ))
-    if plan.variable == "SLURM_STEP_RESV_PORTS":
-        fix = (f"reserve enough ports: {ports.resv_ports(reserve)} (MASTER_PORT and one "
-               f"TensorFlow port per task on a node), {without}")
-    elif plan.variable in ("MASTER_PORT", "--port", "SLURMENV_PORT"):
-        fix = (f"the TensorFlow ports follow {plan.variable} and would pass 65535: choose a "
-               f"lower port, {without}")
-    else:
-        fix = (f"use a wider --port-range (SLURMENV_PORT_RANGE), reserve ports with "
-               f"{ports.resv_ports(reserve)}, {without}")
-    value = environ.get(plan.variable)
-    return SlurmEnvError(message, variable=plan.variable, value=value, fix=fix)
 
 
 def read(environ: Mapping[str, str], options: Options) -> Task:
