@@ -327,14 +327,17 @@ def main(argv: Sequence[str]) -> int:
             text = one_line(res, environ) + "\n"
         elif args.all_ranks:
             if not res.layout_known:
+                # the variable this task's rank came from (torchrun: its own marker)
+                told = res.sources.get("RANK", "").partition("=")[0]
+                variable = "TORCHELASTIC_RUN_ID" if environ.get("TORCHELASTIC_RUN_ID") else (
+                    told if told in environ else "RANK")
                 raise SlurmEnvError(
                     f"--all-ranks needs the whole step's layout, but {res.launcher} set only "
                     "this task's variables",
-                    variable="TORCHELASTIC_RUN_ID" if environ.get("TORCHELASTIC_RUN_ID")
-                    else "RANK",
-                    value=environ.get("TORCHELASTIC_RUN_ID") or environ.get("RANK"),
-                    fix="run 'slurmenv show --all-ranks' in an srun task outside torchrun, or "
-                    "compare the tasks with 'srun slurmenv show --one-line | sort'",
+                    variable=variable, value=environ.get(variable),
+                    fix="run 'slurmenv show --all-ranks' in an srun task (outside torchrun and "
+                    "MPI launchers), or compare the ranks with 'slurmenv show --one-line | sort' "
+                    "started by the same launcher (srun ..., mpirun ...)",
                 )
             table = step_table(res, environ)
             if replay_json is not None:

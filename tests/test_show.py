@@ -256,3 +256,16 @@ def test_mpi_rank_in_a_job_but_in_no_step_says_job_not_step(
     # Hydra's ranks are tasks of its proxy step: that one is still shown
     hydra = mpi_rank_env("hydra_default", 0)
     assert " step=1.6 " in show.one_line(slurmenv.resolve(hydra, ephemeral_range=None), hydra)
+
+
+def test_all_ranks_under_mpirun_names_the_mpi_variable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An MPI rank knows only its own place: --all-ranks refuses, naming the variable its rank
+    came from (not an unset RANK) and a fix that fits an MPI launch."""
+    env = mpi_rank_env("openmpi_default", 2)
+    use_env(monkeypatch, env)
+    assert main(["show", "--all-ranks"]) == 1
+    err = capsys.readouterr().err
+    assert f"variable: OMPI_COMM_WORLD_RANK='{env['OMPI_COMM_WORLD_RANK']}'" in err
+    assert "mpirun ..." in err
