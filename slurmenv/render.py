@@ -184,6 +184,8 @@ def sh_quote(value: str) -> str:
 # expands glob patterns *before* eval re-joins the words with single spaces. So the sh output
 # holds no glob character and no whitespace but single spaces between non-blank characters:
 # they are written outside the single quotes in forms that eval turns back into themselves.
+# "(" too: bash 5.2 takes a word with "+(", "@(" or "!(" for a pattern even without extglob,
+# and a matching file name would replace it with its backslashes removed ('\0+(' -> '0+(').
 _NEWLINE_VAR = "_slurmenv_nl"
 _SPLIT_SAFE = {
     " ": "'\" \"'",
@@ -192,8 +194,9 @@ _SPLIT_SAFE = {
     "*": "'\\*'",
     "?": "'\\?'",
     "[": "'\\['",
+    "(": "'\\('",
 }
-_SPLIT_CHARS = re.compile(r"[ \t\n*?\[]")
+_SPLIT_CHARS = re.compile(r"[ \t\n*?\[(]")
 
 
 def sh_word(value: str) -> str:

@@ -157,7 +157,10 @@ def test_round_trip_other_forms(shell: str, values: list[str], tmp_path: Path) -
 
 @pytest.mark.parametrize("value", ["", "a  b", "*", "~", "{a,b}", "[ab]", "$HOME", "`id`",
                                    "!!", "\\", "'", '"', "-n", "%s%%", "a\tb", "x\r", "été",
-                                   '{"cluster":{"worker":["n1:1","n2:1"]}}'])
+                                   '{"cluster":{"worker":["n1:1","n2:1"]}}',
+                                   # bash 5.2 takes a word with "+(" (or "@(", "!(") for a glob
+                                   # pattern: a backslash in it was lost (found by hypothesis)
+                                   "\\0+(", "a\\b@(c)", "\\!(x)"])
 @pytest.mark.parametrize("shell", list(USAGE))
 def test_round_trip_examples(shell: str, value: str, tmp_path: Path) -> None:
     round_trip(shell, USAGE[shell][1], {"V": value, "W": "plain"}, tmp_path)
