@@ -149,6 +149,31 @@ class NodeList:
         return self._names
 
 
+def step_nodes(text: str, count: int) -> NodeList:
+    """A step's node list (``SLURM_STEP_NODELIST``), counted against ``SLURM_STEP_NUM_NODES``
+    (``count``) and refused when it names a node twice: Slurm lists each node of a step once.
+    The one check of every launcher that reads a step's list (srun tasks, the MPI launchers'
+    daemon and proxy steps)."""
+    listed = NodeList(text, "SLURM_STEP_NODELIST")
+    if len(listed) != count:
+        raise SlurmEnvError(
+            f"SLURM_STEP_NODELIST names {len(listed)} nodes but SLURM_STEP_NUM_NODES={count}",
+            variable="SLURM_STEP_NODELIST",
+            value=text,
+            fix="these come from the same step; do not set them by hand or mix in job values",
+        )
+    seen = set(listed.names())
+    if len(seen) != len(listed):
+        raise SlurmEnvError(
+            f"SLURM_STEP_NODELIST names {len(listed)} nodes but only {len(seen)} different ones "
+            "(Slurm lists each node of a step once)",
+            variable="SLURM_STEP_NODELIST",
+            value=text,
+            fix="these come from Slurm; do not set them by hand",
+        )
+    return listed
+
+
 def expand(text: str, variable: str) -> list[str]:
     """Expand a Slurm node list (``rack[1-2]-n[01-02],gpu7``) into names, in Slurm's order.
 

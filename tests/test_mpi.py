@@ -227,6 +227,25 @@ def test_open_mpi_daemon_step_that_contradicts_the_launch() -> None:
 
 
 # -- registry overlaps --------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("name", "index"), [("openmpi_bynode", 2), ("hydra_default", 3)]  # daemon / proxy step ranks
+)
+def test_a_daemon_step_node_list_is_checked_like_every_steps(name: str, index: int) -> None:
+    """The MPI launchers read their daemon or proxy step's node list through the same check
+    as srun tasks (nodes.step_nodes): a node named twice, or a count that disagrees."""
+    env = launch(name)[index]["env"]
+    assert resolve(env).rank == mpi_rank(env)
+    listed = env["SLURM_STEP_NODELIST"]
+    twice = "r1n10,r1n10,r2n09" if name == "hydra_default" else "r1n10,r2n09,r2n09"
+    err = refusal({**env, "SLURM_STEP_NODELIST": twice})
+    assert (err.variable, err.value) == ("SLURM_STEP_NODELIST", twice)
+    assert "only 2 different ones" in err.message
+    # a step of one task per node (else it is no daemon step, and refused as a leak)
+    err = refusal({**env, "SLURM_STEP_NUM_NODES": "4", "SLURM_STEP_NUM_TASKS": "4"})
+    assert (err.variable, err.value) == ("SLURM_STEP_NODELIST", listed)
+    assert "SLURM_STEP_NUM_NODES=4" in err.message
+
+
 def test_registry_order_on_each_overlap() -> None:
     names = launchers.REGISTRY
     assert names.index("slurm") < names.index("openmpi") < names.index("hydra") \

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .. import nodes
 from ..errors import SlurmEnvError, parse_int
 from ..options import Options
 from . import mpi
@@ -112,7 +111,7 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
         if counts.one_node:
             master = mpi.one_node_master(counts)
         else:
-            first = nodes.NodeList(step.nodelist, "SLURM_STEP_NODELIST")[0]
+            first = step.node_list()[0]
             because = f"Hydra puts rank 0 on proxy 0 (SLURM_STEP_NODELIST={step.nodelist})"
             master = mpi.rank0_check(
                 counts, step.node_index == 0, f"proxy SLURM_NODEID={step.node_index}", first,
@@ -123,7 +122,7 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
     sources["NNODES"] = node_count
     hostname = ""
     if step is not None:
-        hostname = nodes.NodeList(step.nodelist, "SLURM_STEP_NODELIST")[step.node_index]
+        hostname = step.node_list()[step.node_index]
     return Task(
         launcher=NAME, rank=counts.rank, local_rank=counts.local_rank, world_size=counts.size,
         local_world_size=counts.local_size, node_rank=node_rank, nnodes=nnodes,

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .. import nodes
 from .._compat import NamedTuple
 from ..errors import SlurmEnvError, parse_int, require
 from .base import Topology
@@ -136,6 +137,10 @@ class Step(NamedTuple):
     @property
     def one_per_node(self) -> bool:
         return self.ntasks == self.nnodes
+
+    def node_list(self) -> nodes.NodeList:
+        """The step's node list, checked like every step's (``nodes.step_nodes``)."""
+        return nodes.step_nodes(self.nodelist, self.nnodes)
 
 
 def read_step(environ: Mapping[str, str], step: str) -> Step:

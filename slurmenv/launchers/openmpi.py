@@ -209,7 +209,7 @@ def _in_job(
     if here:
         node_rank, source = 0, f"0: this rank runs on {first}, the node of rank 0 ({where})"
     elif step is not None and not by_mpirun and node is not None:
-        daemons = nodes.NodeList(step.nodelist, "SLURM_STEP_NODELIST").names()
+        daemons = step.node_list().names()
         shift = 0 if first in daemons else 1
         node_rank = step.node_index + shift
         source = (

@@ -116,25 +116,7 @@ class SlurmStep(Topology):
         """SLURM_STEP_NODELIST, counted against SLURM_STEP_NUM_NODES on first use (which
         expands it with python-hostlist) and refused when it names a node twice."""
         if self._nodes is None:
-            listed = nodes.NodeList(self.nodelist, "SLURM_STEP_NODELIST")
-            if len(listed) != self.nnodes:
-                raise SlurmEnvError(
-                    f"SLURM_STEP_NODELIST names {len(listed)} nodes but "
-                    f"SLURM_STEP_NUM_NODES={self.nnodes}",
-                    variable="SLURM_STEP_NODELIST",
-                    value=self.nodelist,
-                    fix="these come from the same step; do not set them by hand or mix in job values",
-                )
-            seen = set(listed.names())
-            if len(seen) != len(listed):
-                raise SlurmEnvError(
-                    f"SLURM_STEP_NODELIST names {len(listed)} nodes but only {len(seen)} "
-                    "different ones (Slurm lists each node of a step once)",
-                    variable="SLURM_STEP_NODELIST",
-                    value=self.nodelist,
-                    fix="these come from Slurm; do not set them by hand",
-                )
-            self._nodes = listed
+            self._nodes = nodes.step_nodes(self.nodelist, self.nnodes)
         return self._nodes
 
     def hosts(self) -> list[str]:
