@@ -25,6 +25,8 @@ other load on a small machine).
   controller, given a minimal ``slurm.conf`` in ``SLURM_CONF``). The same again from a fresh
   virtual environment, whose interpreter starts without this machine's .pth hooks.
 * In process: ``slurmenv.resolve()`` and, separately, building ``TF_CONFIG``.
+* Rank 0 of an ``mpirun``: ``resolve()`` with and without its look for rival launches among
+  the node's processes (``rivals.py``), with other launches' ranks running beside it.
 * Peak memory at 100,000 tasks.
 
 slurmenv is measured as pip installs it: the checkout's package copied to a temporary
@@ -527,6 +529,48 @@ def check_resolution(slurmenv: object, nodes: int, env: dict[str, str]) -> None:
         raise WrongAnswer(f"the layout at {nodes} nodes is wrong")
 
 
+def mpi_env(family: int, rank: int) -> dict[str, str]:
+    """A rank of an Open MPI launch of two ranks on one node, in job JOB_ID."""
+    return {
+        "OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": "2",
+        "OMPI_COMM_WORLD_LOCAL_RANK": str(rank), "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+        "OMPI_MCA_ess_base_jobid": str(family << 16 | 1), "SLURM_JOB_ID": JOB_ID,
+        "SLURM_JOB_NODELIST": "n1", "SLURMD_NODENAME": "n1",
+    }
+
+
+def bench_rivals(setup: Setup, others: int, rounds: int) -> tuple[list[list[str]], list[str]]:
+    """resolve() of an mpirun's rank 0 with and without the look at the node's processes,
+    while ``others`` processes of other launches run (half their rank 0, half rank 1)."""
+    import slurmenv
+
+    assert Path(slurmenv.__file__).is_relative_to(setup.site), slurmenv.__file__
+    ours = mpi_env(1, 0)
+    path = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    procs = [subprocess.Popen(["sleep", "600"], env={**mpi_env(2 + i // 2, i % 2), **path})
+             for i in range(others)]
+    try:
+        plain, looked = slurmenv.resolve(ours, rivals=()), slurmenv.resolve(ours)
+        if (looked.rank, looked.master_port) != (0, plain.master_port):
+            raise WrongAnswer(f"rank 0 of an mpirun resolved to {looked!r}, expected {plain!r}")
+        scanned = sum(1 for name in os.listdir("/proc") if name.isdigit())
+        times = in_process({
+            "without": (partial(dict, ours), partial(slurmenv.resolve, rivals=())),
+            "with": (partial(dict, ours), slurmenv.resolve),
+        }, rounds)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    extra = [b - a for a, b in zip(times["without"], times["with"])]
+    rows = [[f"{scanned:,} ({others:,} of other launches)", with_spread(times["without"], ms),
+             with_spread(times["with"], ms), with_spread(extra, ms),
+             with_spread([e / scanned for e in extra], ms)]]
+    notes = [("Only rank 0 of a launch that is not a Slurm step (Open MPI's mpirun) looks; an "
+              "srun task never imports the module (tests/test_rivals.py checks it).")]
+    return rows, notes
+
+
 def bench_memory(setup: Setup, nodes: int) -> tuple[list[list[str]], list[str]]:
     env = setup.env(nodes)
     py = sys.executable
@@ -632,6 +676,14 @@ def report(
     print(table(["nodes", "resolve()", "µs/node", "resolve() + env('torch')",
                  "TF_CONFIG dict", "µs/node", "TF_CONFIG JSON"], rows))
     for note in inproc_notes:
+        print(f"\n{note}")
+
+    others = 40 if short else 400
+    rows, rival_notes = bench_rivals(setup, others, rounds[4])
+    print(f"\n## Rank 0 of an mpirun: the look for rival launches (median of {rounds[4]} calls)\n")
+    print(table(["processes on the node", "resolve() without looking", "resolve()",
+                 "the look", "per process"], rows))
+    for note in rival_notes:
         print(f"\n{note}")
 
     if not short:

@@ -11,7 +11,7 @@ Command line: ``srun bash -c 'eval $(slurmenv export); python train.py'``.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from .errors import SlurmEnvError
 from .options import Options
@@ -37,6 +37,7 @@ def resolve(
     ephemeral_range: tuple[int, int] | None | object = _AUTO,
     cpus: int | None = None,
     step_evidence: str | None | object = _AUTO,
+    rivals: Iterable[Mapping[str, str]] | None | object = _AUTO,
 ) -> Resolution:
     """Resolve this task's distributed environment from ``environ`` (default ``os.environ``).
 
@@ -49,7 +50,10 @@ def resolve(
     ``step_evidence`` is local evidence of a Slurm task step (a ``slurmstepd`` ancestor, a
     ``job_N/step_M`` cgroup) for an environment without any launcher variable: read from
     ``/proc`` unless given (``None``: no evidence); with evidence, the single-process default
-    is refused (the environment was scrubbed).
+    is refused (the environment was scrubbed). ``rivals`` are the environments of the other
+    processes of this node, for rank 0 of a launch that is not a Slurm step (Open MPI's
+    ``mpirun``): one that is rank 0 of another launch with the same ``MASTER_PORT`` refuses the
+    resolution; read from ``/proc`` unless given (``None``: not looked at).
 
     Raises :class:`SlurmEnvError` naming the variable at fault when the environment is wrong
     (for example in a batch script outside ``srun``, where every task would get rank 0).
@@ -61,4 +65,7 @@ def resolve(
     opts = options.from_environ(env, **given)
     ephemeral = ports.ephemeral_range() if ephemeral_range is _AUTO else ephemeral_range
     evidence = launchers.FIND if step_evidence is _AUTO else step_evidence
-    return launchers.resolve(env, opts, ephemeral, cpus, evidence)  # type: ignore[arg-type]
+    others = launchers.FIND if rivals is _AUTO else (
+        None if rivals is None else [(None, other) for other in rivals]  # type: ignore[attr-defined]
+    )
+    return launchers.resolve(env, opts, ephemeral, cpus, evidence, others)  # type: ignore[arg-type]

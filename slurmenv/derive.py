@@ -265,7 +265,10 @@ def port_plan(
     elif task.port_seed is not None:
         ports.check_range_outside(options.port_range, ephemeral, "SLURMENV_PORT_RANGE")
         job, launch = task.port_seed
-        plan = ports.block_ports(job, launch, options.port_range, per_node)
+        if task.launch_key is not None:  # a launch that is not a step: outside the job's block
+            plan = ports.launch_ports(job, launch, options.port_range)
+        else:
+            plan = ports.block_ports(job, launch, options.port_range, per_node)
         if plan.master in taken:
             raise _runtime_port(plan.master, "the port formula", taken, "MASTER_PORT")
         source = f"{plan.source} (from {task.port_seed_source})"

@@ -280,8 +280,10 @@ class Dump(NamedTuple):
     @property
     def replay_options(self) -> dict[str, Any]:
         """The recorded options plus the recorded task's CPU count (``resolve(cpus=...)``):
-        thread counts follow the task's CPU affinity, a fact of its node, not of this one."""
-        return {**self.options, "cpus": self.cpu_affinity}
+        thread counts follow the task's CPU affinity, a fact of its node, not of this one. And
+        no other process (``rivals=()``): the processes of this machine are not the recorded
+        node's, so a replay does not look for rival launches (``rivals.py``)."""
+        return {**self.options, "cpus": self.cpu_affinity, "rivals": ()}
 
     def resolve(self, **overrides: Any) -> Resolution:
         """Replay the resolution; ``overrides`` (not None) replace the recorded options.

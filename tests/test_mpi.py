@@ -31,6 +31,7 @@ def launch(name: str) -> list[dict[str, Any]]:
 
 
 def resolve(env: dict[str, str], **options: Any) -> slurmenv.Resolution:
+    options.setdefault("rivals", ())  # no other process on the node (test_rivals.py looks)
     return slurmenv.resolve(env, ephemeral_range=EPHEMERAL, cpus=1, **options)
 
 
@@ -280,7 +281,7 @@ def test_two_concurrent_launches_get_different_ports() -> None:
 
 
 def test_open_mpi_ports_never_meet_the_jobs_srun_steps() -> None:
-    """Open MPI launches use the job's MPI block: no step of the job can have that port."""
+    """Open MPI launches take a port outside the job's block: no step of the job can have it."""
     for name in ("openmpi_default", "openmpi_bynode", "openmpi_conc_a", "openmpi_conc_b"):
         env = launch(name)[0]["env"]
         res = resolve(env)
@@ -291,7 +292,7 @@ def test_open_mpi_ports_never_meet_the_jobs_srun_steps() -> None:
             step_ports |= {plan.master, *plan.tf}
         assert res.master_port not in step_ports
         family = int(env["OMPI_MCA_ess_base_jobid"]) >> 16
-        expected = ports.block_ports(job + openmpi.MPI_BLOCK_SHIFT, family, ports.DEFAULT_RANGE, 1)
+        expected = ports.launch_ports(job, family, ports.DEFAULT_RANGE)
         assert res.master_port == expected.master
         assert res.master_port < EPHEMERAL[0]
 

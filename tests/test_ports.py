@@ -85,6 +85,36 @@ def test_ports_stay_in_the_range(rng: tuple[int, int], job: int, step: int, task
     assert len(plan.tf) == min(tasks, width - 1)
 
 
+@given(port_ranges(), JOBS, st.integers(0, 2**32 - 1), st.integers(0, 10**6), TASKS)
+@settings(max_examples=300, deadline=None)
+def test_a_launch_port_is_in_the_range_and_never_a_port_of_the_jobs_steps(
+    rng: tuple[int, int], job: int, launch: int, step: int, tasks: int
+) -> None:
+    port = ports.launch_ports(job, launch, rng).master
+    assert rng[0] <= port <= rng[1]
+    assert port not in all_ports(job, step, tasks, rng)
+
+
+@given(port_ranges(), JOBS, st.integers(0, 2**32 - 1), st.integers(1, 2**32 - 1))
+@settings(max_examples=300, deadline=None)
+def test_two_launches_of_a_job_meet_only_when_their_ids_are_equal_modulo_the_span(
+    rng: tuple[int, int], job: int, launch: int, delta: int
+) -> None:
+    span = rng[1] - rng[0] + 1 - (rng[1] - rng[0] + 1) // 1000
+    a = ports.launch_ports(job, launch, rng).master
+    b = ports.launch_ports(job, launch + delta, rng).master
+    assert (a == b) == (delta % span == 0)
+
+
+def test_launch_port_values() -> None:
+    # 22768 ports, job 4242's block 15324-15345 left out: 22746 ports; launch 70000 -> index
+    # 70000 % 22746 = 1762, below the block: 11762; launch 6000 -> 16000, after the block: +22
+    assert ports.launch_ports(4242, 70000, (10000, 32767)).master == 11762
+    assert ports.launch_ports(4242, 5324, (10000, 32767)).master == 15324 + 22
+    assert ports.launch_ports(4242, 5323, (10000, 32767)).master == 15323
+    assert ports.launch_ports(4242, 22745, (10000, 32767)).master == 32767
+
+
 def test_tf_ports_distinct_per_node_and_not_master() -> None:
     envs = synth.step_envs(HOSTS, COUNTS, distribution="cyclic")
     res = resolve(envs[0])

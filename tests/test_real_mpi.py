@@ -10,7 +10,8 @@ runs a launch in it, as a user would:
    proven: Open MPI's default, ``--map-by node`` and ``--npernode 1``; Hydra's default and
    ``-ppn 1`` (every rank's RANK, LOCAL_RANK, NODE_RANK, ... checked against where it ran);
 2. two concurrent ``mpirun`` (and two ``mpiexec``) in one job: different ports, both
-   all_reduce while both hold their port;
+   all_reduce while both hold their port; a second ``mpirun`` on the port a live one holds is
+   refused by its rank 0, and the first trains undisturbed;
 3. ``srun --mpi=pmi2``: the ranks are Slurm tasks (PMI_RANK agrees with SLURM_PROCID);
 4. outside Slurm, ``mpirun -np 4`` on one machine: needs ``--port`` (refused without), works
    with it;
@@ -148,11 +149,8 @@ def test_two_concurrent_launches_in_one_job(
 ) -> None:
     res, got = _pair(slurm_cluster, a, b)
     ports = [{line.split()[1] for line in got[x][2] if line.startswith("PORT ")} for x in "ab"]
-    if launcher == "openmpi" and ports[0] == ports[1]:
-        # The documented limit (docs/launchers.md): two Open MPI job families equal modulo
-        # the block width share a port. Each mpirun gets a new family: run the pair again.
-        res, got = _pair(slurm_cluster, a, b)
-        ports = [{line.split()[1] for line in got[x][2] if line.startswith("PORT ")} for x in "ab"]
+    # Open MPI: the families of two mpirun draw the same port 1 time in 22,746, and then one
+    # rank 0 refuses (the next test); Hydra: proxy steps of their own, never the same port
     assert len(ports[0]) == len(ports[1]) == 1 and ports[0] != ports[1], explain(res)
     for x in "ab":
         rc, checks, _ = got[x]
@@ -164,6 +162,42 @@ def test_two_concurrent_launches_in_one_job(
         assert rank0["met"] == ["a", "b"], explain(res)
         if launcher == "hydra":  # a second mpiexec may get its proxy step on other nodes
             assert {rec["env"]["MASTER_ADDR"] for rec in checks} == {rank0["host"]}, explain(res)
+
+
+HOLD = """meet=$(mktemp -d)
+export CHECK_MEET_DIR=$meet CHECK_MEET_COUNT=2 CHECK_TIMEOUT=200 SLURM_OVERLAP=1
+launch a mpirun -np 3 -x SLURMENV_PORT=23456 bash -c 'export CHECK_MEET_NAME=a; eval $(slurmenv export --for torch); echo PORT $RANK $MASTER_PORT; exec python {check}' > a.out 2>&1 &
+# launch a's rank 0 holds MASTER_PORT (it wrote its mark), and waits for a second mark
+for i in $(seq 1000); do [ -e "$meet/a" ] && break; sleep 0.2; done
+launch b mpirun -np 3 -x SLURMENV_PORT=23456 bash -c 'export CHECK_MEET_NAME=b; eval $(slurmenv export --for torch); echo PORT $RANK $MASTER_PORT; exec python {check}' > b.out 2>&1
+touch "$meet/b-done"
+wait
+cat a.out b.out
+"""
+
+
+def test_a_second_launch_on_a_port_that_a_live_launch_holds_is_refused(
+    slurm_cluster: SlurmCluster,
+) -> None:
+    """Two mpirun of one job given the same port (the same happens when their job families
+    draw the same port): the second one's rank 0 finds the first one's rank 0 on its node
+    (rivals.py), refuses, and mpirun aborts that launch before any rank trains; the first one
+    trains undisturbed."""
+    res = sbatch(slurm_cluster, HOLD.format(check=CHECK_TORCH))
+    got = launches(res)
+    rc, checks, lines = got["b"]
+    assert rc != 0 and checks == [], explain(res)
+    text = "\n".join(lines)
+    assert "another live launch whose rank 0 runs on this node" in text, explain(res)
+    assert "variable: SLURMENV_PORT='23456'" in text and "its own port" in text, explain(res)
+    assert not [line for line in lines if line.startswith("PORT 0 ")], explain(res)
+    rc, checks, _ = got["a"]
+    assert rc == 0, explain(res)
+    assert sorted(rec["rank"] for rec in checks) == [0, 1, 2], explain(res)
+    assert all(rec["sum"] == 6 and rec["env"]["MASTER_PORT"] == "23456" for rec in checks), \
+        explain(res)
+    rank0 = next(rec for rec in checks if rec["rank"] == 0)
+    assert rank0["met"] == ["a", "b-done"], explain(res)
 
 
 # -- 3. srun --mpi=pmi2 ranks are Slurm tasks ---------------------------------------------------

@@ -60,7 +60,7 @@ def _check_step(ctx: Context) -> Check:
                 "would get rank 0",
                 outside_step.OUTSIDE_STEP_FIX + "; run the doctor there too: srun slurmenv doctor",
             )
-        if ctx.job is not None:
+        if ctx.job is not None and base.slurm_step_is_own(env):
             return Check("step", OK, f"a task of job step {ctx.job}.{ctx.step} (srun)")
         return ctx.no_resolution("step")
     if res.origin_fix is not None:

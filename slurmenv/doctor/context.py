@@ -104,9 +104,14 @@ class Context:
         return self.environ.get("SLURMD_NODENAME") or "this node"
 
     def outside_step(self) -> bool:
-        """In a Slurm job's batch script or salloc shell (no step of its own), and no launcher
-        resolved this task there."""
-        return self.res is None and base.outside_step(self.environ)
+        """In a Slurm job's batch script or salloc shell (no step of its own), where no
+        launcher resolved this task and none claims it: an MPI rank on mpirun's node carries
+        the batch script's variables too, and its launcher's refusal is its own."""
+        if self.res is not None or not base.outside_step(self.environ):
+            return False
+        from ..launchers import detect
+
+        return bool(getattr(detect(self.environ), "OUTSIDE_STEP", False))
 
     def err_category(self) -> str | None:
         if self.err is None:
@@ -148,6 +153,9 @@ class Context:
         if res is not None:
             return f"rank {res.rank} of {res.world_size} on {self.node} ({res.label})"
         if self.job:
-            where = "outside any step" if self.outside_step() else f"step {self.step}"
+            if self.outside_step():
+                where = "outside any step"
+            else:
+                where = f"step {self.step}" if self.step else "no step of its own"
             return f"job {self.job}, {where}, on {self.node}"
         return f"on {self.node}"

@@ -14,10 +14,16 @@ from collections.abc import Mapping
 from .._compat import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from types import ModuleType
+    from typing import TypeAlias
 
     from ..options import Options
     from ..resolution import Resolution
+
+    #: The other processes of a node for the rival check (``rivals.py``): ``FIND`` (read
+    #: /proc when needed), ``(pid, environment)`` pairs, or None (not looked at).
+    Rivals: TypeAlias = str | Iterable[tuple[int | None, Mapping[str, str]]] | None
 
 REGISTRY = (
     # torchrun's workers (TORCHELASTIC_RUN_ID with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT):
@@ -135,13 +141,16 @@ def resolve(
     ephemeral: tuple[int, int] | None,
     cpus: int | None = None,
     step_evidence: str | None = FIND,
+    rivals: Rivals = FIND,
 ) -> Resolution:
     """Resolve with the first launcher that detects the task, through ``derive``.
 
     A launcher marked ``FALLBACK`` (a single process because no launcher variable is set at
     all) is refused when local evidence shows a Slurm task step whose variables were scrubbed:
     ``step_evidence`` is that evidence (read from /proc by ``evidence.find`` unless given;
-    None: no evidence).
+    None: no evidence). ``rivals``: the other processes of this node for rank 0 of a launch
+    that is not a Slurm step (``rivals.py``; ``FIND``: read from /proc when needed, None: not
+    looked at).
     """
     from .. import derive
 
@@ -161,4 +170,10 @@ def resolve(
                 variable="SLURM_JOB_ID", value=None, fix=SCRUBBED_FIX,
             )
     task = module.read(environ, options)
-    return derive.resolution(task, environ, options, ephemeral, cpus)
+    res = derive.resolution(task, environ, options, ephemeral, cpus)
+    if task.launch_key is not None and task.rank == 0 and rivals is not None:
+        from .. import rivals as rival_launches  # rank 0 of an mpirun only
+
+        found = rival_launches.find(*task.launch_key) if isinstance(rivals, str) else rivals
+        rival_launches.check(task, environ, options, ephemeral, found, resolve)
+    return res

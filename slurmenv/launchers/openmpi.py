@@ -26,11 +26,14 @@ then aborts every rank (it does on a non-zero exit). When all ranks share one no
 size) the address is loopback. Elsewhere (outside Slurm on several nodes) it is refused: give
 ``--master-addr``.
 
-**Ports.** From the Slurm job ID and the job family (``OMPI_MCA_ess_base_jobid >> 16``; 5.x:
-a hash of ``PMIX_NAMESPACE``), in the job's *MPI block* (see ``docs/launchers.md``): block
-``(job + 500) mod 1000`` of the formula, so never a port of the job's own ``srun`` steps.
-Outside Slurm there is no job ID: ``--port`` is required. The daemon step's
-``SLURM_STEP_RESV_PORTS`` are not used: the ranks on ``mpirun``'s node do not see them.
+**Ports.** The ranks on ``mpirun``'s node see no step ID, so the launch ID is the job family
+(``OMPI_MCA_ess_base_jobid >> 16``; 5.x: a hash of ``PMIX_NAMESPACE``), the same in every rank
+of one ``mpirun``. ``ports.launch_ports`` takes the port anywhere in the range outside the job's
+own block (so never a port of the job's ``srun`` steps), and rank 0 refuses a port that the rank
+0 of another live ``mpirun`` on its node holds (``rivals.py``; the launch key is
+``OMPI_MCA_ess_base_jobid`` or ``PMIX_NAMESPACE``). Outside Slurm there is no job ID:
+``--port`` is required. The daemon step's ``SLURM_STEP_RESV_PORTS`` are not used: the ranks on
+``mpirun``'s node do not see them.
 
 Open MPI 5.x (``prterun``) is supported through the documented variables only
 (``OMPI_COMM_WORLD_*``, ``PMIX_NAMESPACE``): it is not installed here. Without the 4.x
@@ -64,8 +67,6 @@ VARIABLES = (
 #: dump records every OMPI_* and PMIX_* (OMPI_MCA_orte_precondition_transports is redacted).
 PREFIXES = ("OMPI_", "PMIX_")
 WHO = "Open MPI's mpirun"
-#: MPI launches use the job block half the block count away from the job's own (ports.py).
-MPI_BLOCK_SHIFT = 500
 
 
 def detect(environ: Mapping[str, str]) -> bool:
@@ -73,17 +74,19 @@ def detect(environ: Mapping[str, str]) -> bool:
     return bool(environ.get("OMPI_COMM_WORLD_RANK"))
 
 
-def _launch_id(environ: Mapping[str, str]) -> tuple[int, str] | None:
-    """The id every rank of one mpirun shares: the 4.x job family, or a hash of 5.x's
-    PMIX_NAMESPACE."""
+def _launch_id(environ: Mapping[str, str]) -> tuple[int, str, tuple[str, str]] | None:
+    """The id every rank of one mpirun shares (the 4.x job family, or a hash of 5.x's
+    PMIX_NAMESPACE), its sentence and the launch key (the variable that names the launch)."""
     jobid = environ.get("OMPI_MCA_ess_base_jobid")
     if jobid:
         family = parse_int("OMPI_MCA_ess_base_jobid", jobid) >> 16
-        return family, f"Open MPI job family {family} (OMPI_MCA_ess_base_jobid={jobid} >> 16)"
+        return (family, f"Open MPI job family {family} (OMPI_MCA_ess_base_jobid={jobid} >> 16)",
+                ("OMPI_MCA_ess_base_jobid", jobid))
     namespace = environ.get("PMIX_NAMESPACE")
     if namespace:
         value = mpi.fnv1a(namespace)
-        return value, f"FNV-1a hash {value} of PMIX_NAMESPACE={namespace}"
+        return (value, f"FNV-1a hash {value} of PMIX_NAMESPACE={namespace}",
+                ("PMIX_NAMESPACE", namespace))
     return None
 
 
@@ -97,6 +100,7 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
     by_mpirun = None if not (hnp and daemon_uri) else hnp == daemon_uri
     sources = counts.sources()
     notes: list[str] = []
+    launch = _launch_id(environ)
     step: mpi.Step | None = None
     node: str | None = None  # this rank's node name, where Slurm tells it
     if job is None:
@@ -120,14 +124,13 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
         node = environ.get("SLURMD_NODENAME") or None
         if step is None and by_mpirun is False:
             node = None  # an orted not started by srun (ssh?): the script's name is not ours
-        launch = _launch_id(environ)
         job_number = parse_int("SLURM_JOB_ID", job)
         if launch is None:
             port_seed, seed_source = None, ("neither OMPI_MCA_ess_base_jobid nor PMIX_NAMESPACE "
                 "is set, so no id is shared by the ranks of this mpirun")
         else:
-            port_seed = (job_number + MPI_BLOCK_SHIFT, launch[0])
-            seed_source = f"Slurm job {job} and {launch[1]}, in the job's MPI block"
+            port_seed = (job_number, launch[0])
+            seed_source = f"Slurm job {job} and {launch[1]}, outside the job's own block"
         origin = f"a rank of Open MPI's mpirun in Slurm job {job}" + (
             f" (its Slurm variables are those of step {step.id}, "
             + ("the step mpirun ran in)" if by_mpirun else "the orted daemon step: one task per node)")
@@ -160,6 +163,7 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
         step_id=step.id if step else None, own_bindings=False,
         notes=tuple(notes),
         origin=origin, label=f"Open MPI job {job or '-'}",
+        launch_key=launch[2] if launch else None,
     )
 
 

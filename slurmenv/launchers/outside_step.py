@@ -15,6 +15,10 @@ from . import local
 from .base import Task, foreign_mpi, interactive_step, job_id, outside_step, step_id
 
 NAME = "slurm-outside-step"
+#: The task is in the batch script or an salloc shell: doctor's "step" check reports this
+#: module's refusals as such (and not those of a launcher that claims a task there, such as
+#: an MPI rank on mpirun's node).
+OUTSIDE_STEP = True
 VARIABLES = (
     "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_NTASKS",
     "SLURM_NPROCS", "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NUM_NODES",

@@ -1,0 +1,156 @@
+"""Rival launches: another live launch whose rank 0, on this node, would bind our MASTER_PORT.
+
+Open MPI's ranks share no Slurm step ID, only a launch ID that is not a small sequential
+number (the job id ``mpirun`` makes from its host and PID), so two ``mpirun`` of one job can
+draw the same port (``ports.launch_ports``: when their IDs are equal modulo the 22,746 ports
+outside the job's block, by default). No rule over the environment alone can exclude that: it
+would need as many ports as launch IDs. So the rank that binds ``MASTER_PORT``, rank 0,
+looks at the other processes of its node before it exports anything. A **rival** is a
+process
+
+* in the same network namespace (a port is taken per namespace: on a real cluster, the node),
+* whose environment names another launch of the same kind (the task's ``launch_key``
+  variable, e.g. ``OMPI_MCA_ess_base_jobid``, set to another value),
+* and resolves, by slurmenv's own rules (its ``SLURMENV_*`` variables, our command-line
+  options but ``--port``), to rank 0 with the same ``MASTER_PORT``.
+
+A rival refuses the resolution, naming the process and the fix. No race lets both proceed: a
+rank-0 process carries its launch's variables from the moment it starts (the shell of
+``bash -c 'eval $(slurmenv export); …'``, the process ``slurmenv exec`` becomes, the Python
+program that calls ``resolve()``) until its training ends; of two rank-0 processes that
+overlap, the one that looks second sees the first (when both look at once, both refuse).
+
+Read from ``/proc`` only on rank 0 of such a launch, never on an ``srun`` task's path. Not
+seen: processes of other users (unreadable), processes in another PID namespace, a port given
+on another launch's command line (only its environment is visible). A replay of a dump does not
+look (the processes belong to the node the dump was taken on).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+
+from ._compat import TYPE_CHECKING
+from .errors import SlurmEnvError
+from .launchers.base import Task
+from .options import Options
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .resolution import Resolution
+
+    #: ``launchers.resolve``: passed in, so that this module does not import the registry.
+    Resolver = Callable[..., Resolution]
+
+
+def _netns(proc: str, pid: str) -> tuple[int, int] | None:
+    """The network namespace of process ``pid`` (device, inode), None when unreadable."""
+    try:
+        stat = os.stat(f"{proc}/{pid}/ns/net")
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
+def find(variable: str, value: str, proc: str = "/proc") -> list[tuple[int | None, dict[str, str]]]:
+    """``(pid, environment)`` of every process in this network namespace whose environment
+    sets ``variable`` to another value than ``value`` (this launch's own processes set it to
+    ``value``). A process whose namespace cannot be read counts as in ours."""
+    own = _netns(proc, "self")
+    key = os.fsencode(variable) + b"="
+    found: list[tuple[int | None, dict[str, str]]] = []
+    try:
+        names = os.listdir(proc)
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"{proc}/{name}/environ", "rb") as handle:
+                blob = handle.read()
+        except OSError:  # gone, another user's, a kernel thread
+            continue
+        if key not in blob:
+            continue
+        env: dict[str, str] = {}
+        for entry in blob.split(b"\0"):
+            name_b, sep, val = entry.partition(b"=")
+            if sep:
+                env[os.fsdecode(name_b)] = os.fsdecode(val)
+        if env.get(variable) in (None, value):
+            continue
+        netns = _netns(proc, name)
+        if own is not None and netns is not None and netns != own:
+            continue
+        found.append((int(name), env))
+    return found
+
+
+def _command_line(options: Options, environ: Mapping[str, str]) -> dict[str, object]:
+    """Our options that did not come from our environment (the command line, keywords), but
+    ``port``: another launch is taken to run the same command line with its own variables,
+    and a port given on its command line is not visible (a given port of ours is no reason to
+    think it gave the same)."""
+    from .options import from_environ
+
+    own = from_environ(environ)
+    return {
+        field: getattr(options, field)
+        for field in Options._fields
+        if field != "port" and getattr(options, field) != getattr(own, field)
+    }
+
+
+def check(
+    task: Task,
+    environ: Mapping[str, str],
+    options: Options,
+    ephemeral: tuple[int, int] | None,
+    found: Iterable[tuple[int | None, Mapping[str, str]]],
+    resolve: Resolver,
+) -> None:
+    """Refuse rank 0 of ``task`` when a rival holds its MASTER_PORT (module docstring); the
+    candidates are resolved with ``resolve`` (``launchers.resolve``), without looking further."""
+    if task.launch_key is None or task.rank != 0:
+        return
+    from .derive import port_plan
+    from .options import from_environ
+
+    plan = port_plan(task, environ, options, ephemeral)
+
+    variable, value = task.launch_key
+    given = _command_line(options, environ)
+    for pid, env in found:
+        other_key = env.get(variable)
+        if other_key is None or other_key == value:
+            continue
+        try:
+            other = resolve(env, from_environ(env, **given), None, 1, None, None)
+        except SlurmEnvError:  # a rank that cannot resolve never binds a port
+            continue
+        if other.rank != 0 or other.master_port != plan.master:
+            continue
+        who = f"process {pid}" if pid is not None else "a process"
+        message = (
+            f"MASTER_PORT {plan.master} ({plan.source}) is also the MASTER_PORT of another live "
+            f"launch whose rank 0 runs on this node: {who}, {variable}={other_key} "
+            f"({other.label}); two rank-0 processes cannot both listen on it, and the ranks of "
+            f"one launch could join the other's world"
+        )
+        if plan.variable in ("MASTER_PORT", "SLURMENV_PORT", "--port"):
+            raise SlurmEnvError(
+                message, variable=plan.variable,
+                value=environ.get(plan.variable) or str(plan.master),
+                fix="give each launch that runs at the same time its own port (mpirun -x "
+                "SLURMENV_PORT=PORT, a different PORT for each)",
+            )
+        raise SlurmEnvError(
+            message + f": their launch IDs {variable}={value} and {other_key} draw the same port",
+            variable="MASTER_PORT", value=str(plan.master),
+            fix="start this launch again (a new mpirun draws a new port), or give each launch "
+            "that runs at the same time its own port (mpirun -x SLURMENV_PORT=PORT, a "
+            "different PORT for each)",
+        )
