@@ -266,7 +266,7 @@ def port_plan(
         ports.check_range_outside(options.port_range, ephemeral, "SLURMENV_PORT_RANGE")
         job, launch = task.port_seed
         if task.launch_key is not None:  # a launch that is not a step: outside the job's block
-            plan = ports.launch_ports(job, launch, options.port_range)
+            plan = ports.launch_ports(job, launch, options.port_range, per_node)
         else:
             plan = ports.block_ports(job, launch, options.port_range, per_node)
         if plan.master in taken:

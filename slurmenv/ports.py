@@ -11,9 +11,10 @@ The formula (documented in the README):
   ``T`` offsets (wrapping inside the block) as the TensorFlow ports of its ``T`` tasks per node.
   Concurrent steps never share ``MASTER_PORT`` unless their IDs differ by a multiple of ``W``.
 
-A launch that is not a Slurm step (Open MPI's ``mpirun``, whose ranks share no step ID but a
-launch ID that is not a small sequential number) takes :func:`launch_ports`: any port of the
-range outside its job's own block, by the launch ID, so never a port of the job's own steps.
+A launch that is not a Slurm step and whose ranks share a launch ID that is not a small
+sequential number (Open MPI's ``mpirun``, a PBS PALS ``mpiexec``, a Flux job) takes
+:func:`launch_ports`: any port of the range outside its job's own block, by the launch ID, so
+never a port of the job's own steps.
 
 When Slurm reserved ports for the step (``SLURM_STEP_RESV_PORTS``, from ``--resv-ports`` or
 ``MpiParams=ports=``) those are used instead: the first is ``MASTER_PORT``, the next ones the
@@ -135,24 +136,31 @@ def block_ports(job_id: int, step_id: int, port_range: tuple[int, int], tasks_he
     return Ports(base + offset, tf, source)
 
 
-def launch_ports(job_id: int, launch_id: int, port_range: tuple[int, int]) -> Ports:
-    """A launch of job ``job_id`` that is not one of its Slurm steps (an Open MPI ``mpirun``):
+def launch_ports(
+    job_id: int, launch_id: int, port_range: tuple[int, int], tasks_here: int = 0
+) -> Ports:
+    """A launch of job ``job_id`` that is not one of its Slurm steps and whose ID is not a small
+    sequential number (an Open MPI ``mpirun``, a PBS PALS ``mpiexec``, a Flux job):
     ``MASTER_PORT`` is port ``launch_id mod (R - W)`` of the range without the job's own block
-    (``R`` ports in the range, ``W`` in a block: 22,746 by default). Never a port of the job's
-    steps; two launches of the job meet only when their IDs are equal modulo ``R - W``, and
-    then rank 0 refuses (``rivals.py``). No TensorFlow ports: such launches build no
-    TF_CONFIG."""
+    (``R`` ports in the range, ``W`` in a block: 22,746 by default), and the TensorFlow ports of
+    the ``tasks_here`` tasks of a node the ones after it there. Never a port of the job's steps;
+    two launches share ``MASTER_PORT`` only when their IDs are equal modulo ``R - W``, and then
+    rank 0 refuses (``rivals.py``)."""
     lo, hi = port_range
     width = (hi - lo + 1) // JOB_SLOTS
     own = lo + (job_id % JOB_SLOTS) * width
     span = hi - lo + 1 - width
+
+    def port(index: int) -> int:
+        return lo + index if lo + index < own else lo + index + width
+
     index = launch_id % span
-    master = lo + index if lo + index < own else lo + index + width
+    tf = [port((index + 1 + k) % span) for k in range(min(tasks_here, span - 1))]
     source = (
         f"port range {lo}-{hi} without job {job_id}'s own block {own}-{own + width - 1} "
         f"({span} ports): launch {launch_id} % {span} = {index}"
     )
-    return Ports(master, [], source)
+    return Ports(port(index), tf, source)
 
 
 def ephemeral_range(path: str = EPHEMERAL_FILE) -> tuple[int, int] | None:

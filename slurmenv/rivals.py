@@ -1,8 +1,8 @@
 """Rival launches: another live launch whose rank 0, on this node, would bind our MASTER_PORT.
 
 Open MPI's ranks share no Slurm step ID, only a launch ID that is not a small sequential
-number (the job id ``mpirun`` makes from its host and PID), so two ``mpirun`` of one job can
-draw the same port (``ports.launch_ports``: when their IDs are equal modulo the 22,746 ports
+number (the job id ``mpirun`` makes from its host and PID; likewise a PBS PALS ``mpiexec``'s
+``PALS_APID`` and a Flux job's ID), so two ``mpirun`` of one job can draw the same port (``ports.launch_ports``: when their IDs are equal modulo the 22,746 ports
 outside the job's block, by default). No rule over the environment alone can exclude that: it
 would need as many ports as launch IDs. So the rank that binds ``MASTER_PORT``, rank 0,
 looks at the other processes of its node before it exports anything. A **rival** is a
@@ -35,6 +35,13 @@ from ._compat import TYPE_CHECKING
 from .errors import SlurmEnvError
 from .launchers.base import Task
 from .options import Options
+
+#: The way out when two launches hold one port.
+OWN_PORT = (
+    "give each launch that runs at the same time its own port: SLURMENV_PORT=PORT in its "
+    "environment (mpirun -x SLURMENV_PORT=PORT, flux run --env=SLURMENV_PORT=PORT), a "
+    "different PORT for each"
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -144,13 +151,11 @@ def check(
             raise SlurmEnvError(
                 message, variable=plan.variable,
                 value=environ.get(plan.variable) or str(plan.master),
-                fix="give each launch that runs at the same time its own port (mpirun -x "
-                "SLURMENV_PORT=PORT, a different PORT for each)",
+                fix=OWN_PORT,
             )
         raise SlurmEnvError(
             message + f": their launch IDs {variable}={value} and {other_key} draw the same port",
             variable="MASTER_PORT", value=str(plan.master),
-            fix="start this launch again (a new mpirun draws a new port), or give each launch "
-            "that runs at the same time its own port (mpirun -x SLURMENV_PORT=PORT, a "
-            "different PORT for each)",
+            fix="start this launch again (a new launch draws a new ID, so a new port), or "
+            + OWN_PORT,
         )

@@ -47,8 +47,8 @@ def test_cray_pals_apinfo_gives_the_layout(tmp_path: Path) -> None:
         assert (res.local_rank, res.local_world_size, res.node_rank) == (rank % 2, 2, rank // 2)
         assert res.master_addr == "tioga17" and res.hostname == task["host"]
         job = env["FLUX_JOB_ID"]
-        assert res.master_port == ports.block_ports(
-            ports.stable_hash(job), 0, ports.DEFAULT_RANGE, 2
+        assert res.master_port == ports.launch_ports(
+            ports.stable_hash(job), ports.stable_hash(job), ports.DEFAULT_RANGE, 2
         ).master
         assert str(res.master_port) not in env["PMI_CONTROL_PORT"].split(",")
         assert [w.split(":")[0] for w in res.tf_config["cluster"]["worker"]] == [

@@ -94,7 +94,7 @@ def test_real_heterogeneous_step_with_slurm_hidden_is_refused() -> None:
 def test_pbs_pals_fixture(tmp_path: Path) -> None:
     hosts = PBS["apinfo"]["hosts"]
     apid = PBS["tasks"][0]["env"]["PALS_APID"]
-    expected_port = ports.block_ports(4711, ports.stable_hash(apid), ports.DEFAULT_RANGE, 4).master
+    expected_port = ports.launch_ports(4711, ports.stable_hash(apid), ports.DEFAULT_RANGE, 4).master
     for rank, env in enumerate(pbs_tasks(tmp_path)):
         res = slurmenv.resolve(env, **NO_EPHEMERAL)
         assert (res.launcher, res.rank, res.world_size) == ("pals", rank, 8)
@@ -171,7 +171,11 @@ def test_port_seed() -> None:
     assert seed({"PBS_JOBID": "4711[3].pbs01"})[0] == (4711, 0)
     assert seed({"PALS_APID": "12.3"})[0] == (12, 3)
     assert seed({"PBS_JOBID": "12.pbs", "PALS_APID": "12.3"})[0] == (12, 3)
-    assert seed({"PALS_APID": "f3a1"})[0] == (ports.stable_hash("f3a1"), 0)
+    assert seed({"PALS_APID": "f3a1"})[0] == (ports.stable_hash("f3a1"), ports.stable_hash("f3a1"))
+    # a hashed APID is a launch key (launch_ports, rivals.py); Slurm's <job>.<step> is not
+    assert pals.launch_key({"PALS_APID": "f3a1"}) == ("PALS_APID", "f3a1")
+    assert pals.launch_key({"PALS_APID": "12.3", "PBS_JOBID": "4711"}) is None
+    assert pals.launch_key({}) is None
     assert seed({})[0] is None
 
 

@@ -225,3 +225,32 @@ def test_open_mpi_5_launches_are_told_apart_by_their_pmix_namespace() -> None:
     err = refusal(ours, [other])
     assert err.variable == "SLURMENV_PORT" and "PMIX_NAMESPACE=prterun-host-2@1" in err.message
     assert resolve(ours, [{**other, "SLURMENV_PORT": "29501"}]).master_port == 29500
+
+
+# -- the other launchers with a launch key: PBS PALS mpiexec, Flux jobs --------------------------
+def test_pbs_pals_launches_are_told_apart_by_their_apid(tmp_path: Path) -> None:
+    from test_pals import pbs_tasks
+
+    ours = pbs_tasks(tmp_path)[0]
+    other = {**ours, "PALS_APID": "another-application"}
+    assert resolve(ours, [other]).master_port != resolve(other).master_port
+    # two applications drawing one port: search an APID whose hash is equal modulo the span
+    target = ports.stable_hash(ours["PALS_APID"]) % SPAN
+    apid = next(f"app-{k}" for k in range(10**6) if ports.stable_hash(f"app-{k}") % SPAN == target
+                and f"app-{k}" != ours["PALS_APID"])
+    err = refusal(ours, [{**other, "PALS_APID": apid}])
+    assert err.variable == "MASTER_PORT" and f"PALS_APID={apid}" in err.message
+    # Slurm's cray_shasta APID (<job>.<step>) is a step ID of its own: no key, no look
+    shasta = ranks("srun_shasta")[0]
+    assert slurmenv.launchers.detect(shasta).NAME == "slurm"
+
+
+def test_flux_jobs_are_told_apart_by_their_job_id() -> None:
+    data = json.loads((FIXTURES.parent / "beyond" / "flux.json").read_text())
+    env = next(c for c in data["cases"] if c["name"] == "one_node")["tasks"][0]["env"]
+    ours = {**env, "SLURMENV_PORT": "29500"}  # one node: the address is given (--master-addr)
+    same = resolve(ours, [{**ours, "FLUX_TASK_LOCAL_ID": "1", "FLUX_TASK_RANK": "1"}],
+                   master_addr="n1")
+    assert same.master_port == 29500
+    err = refusal(ours, [{**ours, "FLUX_JOB_ID": "ƒ2"}], master_addr="n1")
+    assert err.variable == "SLURMENV_PORT" and "FLUX_JOB_ID=ƒ2" in err.message

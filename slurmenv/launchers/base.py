@@ -216,7 +216,8 @@ class Task(NamedTuple):
     #: A single process on this machine: with no port given, a port free on 127.0.0.1 now.
     free_port: bool = False
     #: ``(variable, value)`` naming this launch, for a launch that is not a Slurm step and
-    #: whose launch ID is not a small sequential number (Open MPI's mpirun: its job id). Set,
+    #: whose launch ID is not a small sequential number (Open MPI's mpirun: its job id; a PBS
+    #: PALS mpiexec: PALS_APID; a Flux job: FLUX_JOB_ID). Set,
     #: the port formula is ``ports.launch_ports`` (the range outside the job's block, by
     #: ``port_seed``'s launch ID) and rank 0 refuses a MASTER_PORT that another live launch's
     #: rank 0 on its node also resolves to (``rivals.py``).

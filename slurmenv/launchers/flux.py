@@ -14,7 +14,8 @@ node runs, so:
   refused, naming the way out.
 
 ``FLUX_JOB_ID``, hashed (``ports.stable_hash``: its low bits are a per-millisecond sequence),
-seeds the port. Registry: before ``slurm``: a Flux instance started inside a Slurm allocation
+seeds the port, anywhere in the range (``ports.launch_ports``); it is the launch key, so rank 0
+refuses a port that the rank 0 of another live Flux job on its node holds (``rivals.py``). Registry: before ``slurm``: a Flux instance started inside a Slurm allocation
 (``srun flux start``) hands its jobs the broker's ``SLURM_*``, which are not the task's.
 """
 
@@ -72,8 +73,9 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
         )
     _agree(environ, "PMI_RANK", rank, f"FLUX_TASK_RANK={rank}")
     _agree(environ, "PMI_SIZE", world, f"FLUX_JOB_SIZE={world}")
-    seed = (stable_hash(job), 0)
+    seed = (stable_hash(job), stable_hash(job))
     seed_source = f"FLUX_JOB_ID={job} hashed"
+    key = ("FLUX_JOB_ID", job)
     sources = {
         "RANK": f"FLUX_TASK_RANK={rank}", "LOCAL_RANK": f"FLUX_TASK_LOCAL_ID={local}",
         "WORLD_SIZE": f"FLUX_JOB_SIZE={world}", "NNODES": f"FLUX_JOB_NNODES={nnodes}",
@@ -96,7 +98,7 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
         return task._replace(
             launcher=NAME, sources={**task.sources, **sources}, port_seed=seed,
             port_seed_source=seed_source, job_id=job, step_id=None, origin=origin,
-            label=f"Flux job {job}",
+            label=f"Flux job {job}", launch_key=key,
         )
     if nnodes == 1:
         local_world, node, why = world, 0, "FLUX_JOB_NNODES=1: every task on one node"
@@ -123,5 +125,5 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
         sources=sources, master_host=None,
         master_source="Flux tasks carry no host list (without -o pmi=cray-pals)",
         port_seed=seed, port_seed_source=seed_source, reserved_ports=None, topology=Topology(),
-        job_id=job, origin=origin, label=f"Flux job {job}",
+        job_id=job, origin=origin, label=f"Flux job {job}", launch_key=key,
     )

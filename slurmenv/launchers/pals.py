@@ -13,8 +13,10 @@ whole layout and rank 0's host come from it. Every value present is checked agai
   (the shared port precedence in ``derive.py`` skips them, for every launcher).
 * Without ``PALS_APINFO``, ``PBS_NODEFILE``'s first host is rank 0's node only when mpiexec
   used the default host file (no ``--hostfile``/``--hosts``): the source sentence says so.
-* Port seed: ``PBS_JOBID`` (its number) with the launch's ``PALS_APID`` hashed; Slurm's
-  cray_shasta sets ``PALS_APID=<job>.<step>``, which seeds it exactly as Slurm's own IDs.
+* Port seed: ``PBS_JOBID`` (its number) with the launch's ``PALS_APID`` hashed, taken outside
+  the job's block (``ports.launch_ports``), and rank 0 looks for a rival launch on its node
+  holding that port (``rivals.py``, launch key ``PALS_APID``); Slurm's cray_shasta sets
+  ``PALS_APID=<job>.<step>``, which seeds it exactly as Slurm's own IDs (the step formula).
   PBS is never detected from ``PBS_JOBID`` alone: Slurm's ``spank_pbs`` plugin sets it too.
 """
 
@@ -67,8 +69,20 @@ def port_seed(environ: Mapping[str, str]) -> tuple[tuple[int, int] | None, str]:
     if slurm_apid:
         return (int(job_text), int(step_text)), f"PALS_APID={apid} (Slurm's <job>.<step>)"
     if apid:
-        return (stable_hash(apid), 0), f"PALS_APID={apid} hashed"
+        return (stable_hash(apid), stable_hash(apid)), f"PALS_APID={apid} hashed"
     return None, "no PBS_JOBID and no PALS_APID: nothing names this launch in every rank"
+
+
+def launch_key(environ: Mapping[str, str]) -> tuple[str, str] | None:
+    """``("PALS_APID", apid)`` when the port seed hashes the APID (a PBS launch): concurrent
+    launches of one job can then draw one port, so the port lies outside the job's block and
+    rank 0 looks for rival launches (``rivals.py``). None for Slurm's ``<job>.<step>`` APID,
+    a step ID of its own, and without an APID."""
+    apid = environ.get("PALS_APID", "").strip()
+    job_text, dot, step_text = apid.partition(".")
+    if not apid or (dot and job_text.isdigit() and step_text.isdigit()):
+        return None
+    return "PALS_APID", apid
 
 
 class PalsLayout(Topology):
@@ -201,7 +215,7 @@ def apinfo_task(environ: Mapping[str, str], rank: int, path: str) -> Task:
         topology=PalsLayout(hosts, info.nodes, info.local, told, environ),
         job_id=environ.get("PBS_JOBID") or None, step_id=environ.get("PALS_APID") or None,
         own_bindings=True, notes=tuple(notes),
-        origin=_origin(environ), label=_label(environ),
+        origin=_origin(environ), label=_label(environ), launch_key=launch_key(environ),
     )
 
 
@@ -258,7 +272,7 @@ def _from_nodefile(environ: Mapping[str, str], rank: int) -> Task:
         topology=Topology(), job_id=environ.get("PBS_JOBID") or None,
         step_id=environ.get("PALS_APID") or None, own_bindings=True,
         notes=(f"rank 0's host is the first host of PBS_NODEFILE: {NODEFILE_CAVEAT}",),
-        origin=_origin(environ), label=_label(environ),
+        origin=_origin(environ), label=_label(environ), launch_key=launch_key(environ),
     )
 
 
