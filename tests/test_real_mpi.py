@@ -10,7 +10,8 @@ runs a launch in it, as a user would:
    proven: Open MPI's default, ``--map-by node`` and ``--npernode 1``; Hydra's default and
    ``-ppn 1`` (every rank's RANK, LOCAL_RANK, NODE_RANK, ... checked against where it ran);
 2. two concurrent ``mpirun`` (and two ``mpiexec``) in one job: different ports, both
-   all_reduce while both hold their port; a second ``mpirun`` on the port a live one holds is
+   all_reduce while both hold their port; a second ``mpirun`` on the port a live one holds
+   (given the same port, or started with a PID that makes its job family draw that port) is
    refused by its rank 0, and the first trains undisturbed;
 3. ``srun --mpi=pmi2``: the ranks are Slurm tasks (PMI_RANK agrees with SLURM_PROCID);
 4. outside Slurm, ``mpirun -np 4`` on one machine: needs ``--port`` (refused without), works
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,7 @@ pytestmark = pytest.mark.slurm
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECK_TORCH = ROOT / "tests" / "programs" / "check_torch.py"
+PID_LAUNCH = ROOT / "tests" / "programs" / "pid_launch.py"
 ENV = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 JOB = ["-N3", "--ntasks-per-node=2"]  # r1n09 (batch node), r1n10, r2n09; 2 slots each
 PREAMBLE = """#!/bin/bash
@@ -198,6 +201,48 @@ def test_a_second_launch_on_a_port_that_a_live_launch_holds_is_refused(
         explain(res)
     rank0 = next(rec for rec in checks if rec["rank"] == 0)
     assert rank0["met"] == ["a", "b-done"], explain(res)
+
+
+DRAWN = """meet=$(mktemp -d)
+export CHECK_MEET_DIR=$meet CHECK_MEET_COUNT=2 CHECK_TIMEOUT=200 SLURM_OVERLAP=1
+launch a mpirun -np 3 bash -c 'export CHECK_MEET_NAME=a; eval $(slurmenv export --for torch); echo PORT $RANK $MASTER_PORT; [ "$RANK" = 0 ] && echo FAM $OMPI_MCA_ess_base_jobid $PPID; exec python {check}' > a.out 2>&1 &
+for i in $(seq 1000); do [ -e "$meet/a" ] && grep -q '^FAM ' a.out && break; sleep 0.2; done
+set -- $(grep '^FAM ' a.out)
+launch b python {pid_launch} "$2" "$3" mpirun -np 3 bash -c 'export CHECK_MEET_NAME=b; eval $(slurmenv export --for torch); echo PORT $RANK $MASTER_PORT; exec python {check}' > b.out 2>&1
+touch "$meet/b-done"
+wait
+cat a.out b.out
+"""
+
+
+def test_a_second_mpirun_whose_job_family_draws_the_same_port_is_refused(
+    slurm_cluster: SlurmCluster,
+) -> None:
+    """A real collision of two Open MPI job families: the second ``mpirun`` is started with a
+    PID chosen so that its family (made from the node's name and mpirun's PID) equals the
+    first one's modulo the 22,746 ports outside the job's block (tests/programs/pid_launch.py).
+    Its rank 0 sees the first launch's rank 0 on the node holding that port, and refuses."""
+    res = sbatch(slurm_cluster, DRAWN.format(check=CHECK_TORCH, pid_launch=PID_LAUNCH))
+    got = launches(res)
+    rc, checks, lines = got["b"]
+    text = "\n".join(lines)
+    started = [line for line in lines if line.startswith("PIDLAUNCH pid=")]
+    assert len(started) == 1, explain(res)
+    expected_family = int(started[0].split("family=")[1].split()[0])
+    jobid_a = int(next(line.split()[1] for line in got["a"][2] if line.startswith("FAM ")))
+    assert rc != 0 and checks == [], explain(res)
+    assert "another live launch whose rank 0 runs on this node" in text, explain(res)
+    assert "variable: MASTER_PORT=" in text, explain(res)
+    drawn = re.search(r"their launch IDs OMPI_MCA_ess_base_jobid=(\d+) and (\d+) draw the same "
+                      r"port", text)
+    assert drawn and int(drawn.group(2)) == jobid_a, explain(res)
+    jobid_b = int(drawn.group(1))
+    # Open MPI made the family the PID was chosen for (from the node's name and mpirun's PID)
+    assert jobid_b >> 16 == expected_family != jobid_a >> 16, explain(res)
+    assert (jobid_b >> 16) % 22746 == (jobid_a >> 16) % 22746, explain(res)
+    rc, checks, _ = got["a"]
+    assert rc == 0 and sorted(rec["rank"] for rec in checks) == [0, 1, 2], explain(res)
+    assert all(rec["sum"] == 6 for rec in checks), explain(res)
 
 
 # -- 3. srun --mpi=pmi2 ranks are Slurm tasks ---------------------------------------------------
