@@ -566,8 +566,11 @@ def bench_rivals(setup: Setup, others: int, rounds: int) -> tuple[list[list[str]
     rows = [[f"{scanned:,} ({others:,} of other launches)", with_spread(times["without"], ms),
              with_spread(times["with"], ms), with_spread(extra, ms),
              with_spread([e / scanned for e in extra], ms)]]
-    notes = [("Only rank 0 of a launch that is not a Slurm step (Open MPI's mpirun) looks; an "
-              "srun task never imports the module (tests/test_rivals.py checks it).")]
+    notes = [("Only rank 0 of a launch with a launch key (Open MPI's mpirun, PBS PALS mpiexec, "
+              "a Flux job) looks, once; an srun task never imports the module "
+              "(tests/test_rivals.py checks it). Here every process of another launch has an "
+              "environment of its own, half of them a rank 0: the worst case (children that "
+              "inherited an environment are read once).")]
     return rows, notes
 
 

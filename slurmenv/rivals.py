@@ -46,10 +46,13 @@ OWN_PORT = (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from .launchers.base import Task as TaskType
     from .resolution import Resolution
 
-    #: ``launchers.resolve``: passed in, so that this module does not import the registry.
+    #: ``launchers.resolve`` and a launcher's ``read``: passed in, so that this module does not
+    #: import the registry.
     Resolver = Callable[..., Resolution]
+    Reader = Callable[[Mapping[str, str], Options], TaskType]
 
 
 def _netns(proc: str, pid: str) -> tuple[int, int] | None:
@@ -68,6 +71,7 @@ def find(variable: str, value: str, proc: str = "/proc") -> list[tuple[int | Non
     own = _netns(proc, "self")
     key = os.fsencode(variable) + b"="
     found: list[tuple[int | None, dict[str, str]]] = []
+    seen: set[bytes] = set()  # children that inherited a process's environment: one is enough
     try:
         names = os.listdir(proc)
     except OSError:
@@ -80,19 +84,19 @@ def find(variable: str, value: str, proc: str = "/proc") -> list[tuple[int | Non
                 blob = handle.read()
         except OSError:  # gone, another user's, a kernel thread
             continue
-        if key not in blob:
+        if key not in blob or blob in seen:
             continue
+        netns = _netns(proc, name)
+        if own is not None and netns is not None and netns != own:
+            continue
+        seen.add(blob)  # in our namespace: a process with the same environment adds nothing
         env: dict[str, str] = {}
         for entry in blob.split(b"\0"):
             name_b, sep, val = entry.partition(b"=")
             if sep:
                 env[os.fsdecode(name_b)] = os.fsdecode(val)
-        if env.get(variable) in (None, value):
-            continue
-        netns = _netns(proc, name)
-        if own is not None and netns is not None and netns != own:
-            continue
-        found.append((int(name), env))
+        if env.get(variable) not in (None, value):
+            found.append((int(name), env))
     return found
 
 
@@ -117,10 +121,12 @@ def check(
     options: Options,
     ephemeral: tuple[int, int] | None,
     found: Iterable[tuple[int | None, Mapping[str, str]]],
+    read: Reader,
     resolve: Resolver,
 ) -> None:
-    """Refuse rank 0 of ``task`` when a rival holds its MASTER_PORT (module docstring); the
-    candidates are resolved with ``resolve`` (``launchers.resolve``), without looking further."""
+    """Refuse rank 0 of ``task`` when a rival holds its MASTER_PORT (module docstring). Each
+    candidate is read as a task (``read``: its launcher's ``read``); only a rank 0 is resolved
+    (``resolve``: ``launchers.resolve``, without looking further) for its port."""
     if task.launch_key is None or task.rank != 0:
         return
     from .derive import port_plan
@@ -135,7 +141,10 @@ def check(
         if other_key is None or other_key == value:
             continue
         try:
-            other = resolve(env, from_environ(env, **given), None, 1, None, None)
+            opts = from_environ(env, **given)
+            if read(env, opts).rank != 0:  # cheaper than a resolution: most are other ranks
+                continue
+            other = resolve(env, opts, None, 1, None, None)
         except SlurmEnvError:  # a rank that cannot resolve never binds a port
             continue
         if other.rank != 0 or other.master_port != plan.master:

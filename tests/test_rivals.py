@@ -187,6 +187,13 @@ def test_a_process_in_another_network_namespace_is_not_a_rival() -> None:
             subprocess.run(["sleep", "0.05"], check=True)
         assert pid not in dict(rivals.find(KEY, A0[KEY]))
         assert slurmenv.resolve(A0, ephemeral_range=EPHEMERAL, cpus=1).rank == 0
+        # the same environment in our namespace too: that one is found (and only once though
+        # two processes here carry it: children that inherited an environment are read once)
+        with process(rival) as here, process(rival) as child:
+            found = [p for p, _ in rivals.find(KEY, A0[KEY]) if p in (pid, here, child)]
+            assert found in ([here], [child])
+            with pytest.raises(SlurmEnvError):
+                slurmenv.resolve(A0, ephemeral_range=EPHEMERAL, cpus=1)
 
 
 def test_a_replay_does_not_look_at_this_machines_processes(tmp_path: Path) -> None:

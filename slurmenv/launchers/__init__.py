@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from ..options import Options
     from ..resolution import Resolution
+    from .base import Task
 
     #: The other processes of a node for the rival check (``rivals.py``): ``FIND`` (read
     #: /proc when needed), ``(pid, environment)`` pairs, or None (not looked at).
@@ -125,6 +126,11 @@ def detect(environ: Mapping[str, str]) -> ModuleType:
     raise AssertionError("the last launcher of the registry detects every task")
 
 
+def read(environ: Mapping[str, str], options: Options) -> Task:
+    """The task of ``environ`` as the first launcher that detects it reads it (no derive)."""
+    return detect(environ).read(environ, options)  # type: ignore[no-any-return]
+
+
 #: ``step_evidence`` default: look in /proc (only when the fallback is reached).
 FIND = "find"
 SCRUBBED_FIX = (
@@ -175,5 +181,5 @@ def resolve(
         from .. import rivals as rival_launches  # rank 0 of an mpirun only
 
         found = rival_launches.find(*task.launch_key) if isinstance(rivals, str) else rivals
-        rival_launches.check(task, environ, options, ephemeral, found, resolve)
+        rival_launches.check(task, environ, options, ephemeral, found, read, resolve)
     return res
