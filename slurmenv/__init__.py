@@ -52,8 +52,9 @@ def resolve(
     ``/proc`` unless given (``None``: no evidence); with evidence, the single-process default
     is refused (the environment was scrubbed). ``rivals`` are the environments of the other
     processes of this node, for rank 0 of a launch that is not a Slurm step (Open MPI's
-    ``mpirun``): one that is rank 0 of another launch with the same ``MASTER_PORT`` refuses the
-    resolution; read from ``/proc`` unless given (``None``: not looked at).
+    ``mpirun``, PBS PALS ``mpiexec``, a Flux job): one that is rank 0 of another launch with
+    the same ``MASTER_PORT`` refuses the resolution; read from ``/proc`` unless given
+    (``None``: not looked at).
 
     Raises :class:`SlurmEnvError` naming the variable at fault when the environment is wrong
     (for example in a batch script outside ``srun``, where every task would get rank 0).
