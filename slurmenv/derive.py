@@ -8,8 +8,10 @@ Shared by every launcher, so each rule lives once:
   no host: refused, asking for ``--master-addr``;
 * ``MASTER_PORT``: a value the launcher fixed > the explicit ``--port``/``SLURMENV_PORT`` >
   an inherited ``MASTER_PORT`` > ports Slurm reserved > the formula from the launcher's port
-  seed (``ports.block_ports``) > a free port for a single process > refused, asking for
-  ``--port``; every chosen port is checked against the ephemeral range;
+  seed (``ports.block_ports``; ``ports.launch_ports`` for a task with a ``launch_key``, whose
+  rank 0 ``launchers.resolve`` then checks for rival launches, ``rivals.py``) > a free port for
+  a single process > refused, asking for ``--port``; every chosen port is checked against the
+  ephemeral range;
 * ports an MPI runtime binds itself (:data:`RUNTIME_PORTS`: libpals's ``PMI_CONTROL_PORT``)
   are never ``MASTER_PORT`` nor a TensorFlow port, whichever step of the precedence chose them;
 * GPU lists and thread counts (``gpus.py``, ``threads.py``) when the task's Slurm variables
