@@ -40,7 +40,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CHECK_TORCH = ROOT / "tests" / "programs" / "check_torch.py"
 PID_LAUNCH = ROOT / "tests" / "programs" / "pid_launch.py"
 ENV = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-JOB = ["-N3", "--ntasks-per-node=2"]  # r1n09 (batch node), r1n10, r2n09; 2 slots each
+# r1n09 (batch node), r1n10, r2n09; 2 slots each. Named: without -w a node still completing the
+# previous job sends this one elsewhere (the batch node then is r1n10), and the checks name them.
+JOB = ["-N3", "-w", "r1n[09-10],r2n09", "--ntasks-per-node=2"]
 PREAMBLE = """#!/bin/bash
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none

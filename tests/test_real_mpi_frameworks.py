@@ -25,7 +25,7 @@ from test_real_mpi import explain, sbatch
 
 pytestmark = pytest.mark.slurm
 
-JOB = ["-N2", "--ntasks-per-node=2"]
+JOB = ["-N2", "-w", "r1n[09-10]", "--ntasks-per-node=2"]  # named: the checks name the nodes
 HOSTS = {0: "r1n09", 1: "r1n09", 2: "r1n10", 3: "r1n10"}  # Open MPI's default: by slot
 
 
