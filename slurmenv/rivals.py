@@ -29,6 +29,7 @@ look (the processes belong to the node the dump was taken on).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable, Mapping
 
 from ._compat import TYPE_CHECKING
@@ -64,6 +65,42 @@ def _netns(proc: str, pid: str) -> tuple[int, int] | None:
     return stat.st_dev, stat.st_ino
 
 
+#: PF_KTHREAD in /proc/<pid>/stat's flags: a kernel thread, which has no environment.
+_KERNEL_THREAD = 0x00200000
+
+
+def _environ(proc: str, pid: str) -> bytes | None:
+    """``/proc/<pid>/environ``, None when unreadable (gone, another user's).
+
+    A process in the middle of an ``execve`` shows an empty environment for a moment (its new
+    memory has no environment yet): a live process that is not a kernel thread and shows
+    none is read again once, a few milliseconds later, so that a rank 0 that re-executes
+    itself (``bash -c 'eval …; exec python …'``) is not missed in that moment."""
+    for attempt in range(2):
+        try:
+            with open(f"{proc}/{pid}/environ", "rb") as handle:
+                blob = handle.read()
+        except OSError:
+            return None
+        if blob or attempt or not _may_have_environ(proc, pid):
+            return blob
+        time.sleep(0.005)
+    return blob
+
+
+def _may_have_environ(proc: str, pid: str) -> bool:
+    """Neither a kernel thread nor a zombie (both have no environment for good)."""
+    try:
+        with open(f"{proc}/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return False
+    fields = stat[stat.rfind(b")") + 2 :].split()  # state, ppid, ... flags is the 7th
+    return len(fields) > 6 and fields[0] not in (b"Z", b"X") and not (
+        int(fields[6]) & _KERNEL_THREAD
+    )
+
+
 def find(variable: str, value: str, proc: str = "/proc") -> list[tuple[int | None, dict[str, str]]]:
     """``(pid, environment)`` of every process in this network namespace whose environment
     sets ``variable`` to another value than ``value`` (this launch's own processes set it to
@@ -79,12 +116,8 @@ def find(variable: str, value: str, proc: str = "/proc") -> list[tuple[int | Non
     for name in names:
         if not name.isdigit():
             continue
-        try:
-            with open(f"{proc}/{name}/environ", "rb") as handle:
-                blob = handle.read()
-        except OSError:  # gone, another user's, a kernel thread
-            continue
-        if key not in blob or blob in seen:
+        blob = _environ(proc, name)
+        if blob is None or key not in blob or blob in seen:
             continue
         netns = _netns(proc, name)
         if own is not None and netns is not None and netns != own:
