@@ -359,7 +359,7 @@ def too_few_tf_ports(plan: ports.Ports, needed: int, environ: Mapping[str, str])
     if plan.variable == "SLURM_STEP_RESV_PORTS":
         fix = (f"reserve enough ports: {ports.resv_ports(reserve)} (MASTER_PORT and one "
                f"TensorFlow port per task on a node), {without}")
-    elif plan.variable in ("MASTER_PORT", "--port", "SLURMENV_PORT"):
+    elif plan.variable in ports.GIVEN:
         fix = (f"the TensorFlow ports follow {plan.variable} and would pass 65535: choose a "
                f"lower port, {without}")
     elif environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID"):

@@ -53,6 +53,11 @@ def _is_number(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
+#: The variables (and option) through which a user gives the port: ``Ports.variable`` is one
+#: of them when the port was given, not derived.
+GIVEN = ("MASTER_PORT", "SLURMENV_PORT", "--port")
+
+
 class Ports(NamedTuple):
     """The step's ``MASTER_PORT`` and the TensorFlow port of each local rank, with their origin."""
 
@@ -212,7 +217,7 @@ def check_outside(
                f"{ephemeral[1]} (any outgoing connection may take it)")
     variable = plan.variable if plan is not None else "SLURMENV_PORT_RANGE"
     value = (environ or {}).get(variable)
-    if variable in ("MASTER_PORT", "SLURMENV_PORT", "--port"):
+    if variable in GIVEN:
         fix = (f"choose a port below {ephemeral[0]} ({variable}), or unset it to let slurmenv "
                "choose one")
         value = value or str(port)

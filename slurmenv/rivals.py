@@ -36,6 +36,7 @@ from ._compat import TYPE_CHECKING
 from .errors import SlurmEnvError
 from .launchers.base import Task
 from .options import Options
+from .ports import GIVEN
 
 #: The way out when two launches hold one port.
 OWN_PORT = (
@@ -189,7 +190,7 @@ def check(
             f"({other.label}); two rank-0 processes cannot both listen on it, and the ranks of "
             f"one launch could join the other's world"
         )
-        if plan.variable in ("MASTER_PORT", "SLURMENV_PORT", "--port"):
+        if plan.variable in GIVEN:
             raise SlurmEnvError(
                 message, variable=plan.variable,
                 value=environ.get(plan.variable) or str(plan.master),
