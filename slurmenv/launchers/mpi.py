@@ -242,11 +242,3 @@ class MpiTopology(Topology):
 
     def tf_workers(self) -> list[str]:
         raise self._refuse("TF_CONFIG")
-
-
-def fnv1a(text: str) -> int:
-    """A stable 32-bit hash (FNV-1a) of ``text``: the same in every rank (``hash`` is salted)."""
-    value = 0x811C9DC5
-    for byte in text.encode():
-        value = ((value ^ byte) * 0x01000193) & 0xFFFFFFFF
-    return value

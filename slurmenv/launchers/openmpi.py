@@ -48,6 +48,7 @@ from collections.abc import Mapping
 from .. import nodes
 from ..errors import SlurmEnvError, parse_int
 from ..options import Options
+from ..ports import stable_hash
 from . import mpi
 from .base import Task
 
@@ -84,7 +85,7 @@ def _launch_id(environ: Mapping[str, str]) -> tuple[int, str, tuple[str, str]] |
                 ("OMPI_MCA_ess_base_jobid", jobid))
     namespace = environ.get("PMIX_NAMESPACE")
     if namespace:
-        value = mpi.fnv1a(namespace)
+        value = stable_hash(namespace)
         return (value, f"FNV-1a hash {value} of PMIX_NAMESPACE={namespace}",
                 ("PMIX_NAMESPACE", namespace))
     return None
