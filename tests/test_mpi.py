@@ -247,6 +247,30 @@ def test_a_daemon_step_node_list_is_checked_like_every_steps(name: str, index: i
     assert "SLURM_STEP_NUM_NODES=4" in err.message
 
 
+def test_an_srun_of_one_node_inside_a_hydra_rank_of_several_is_refused() -> None:
+    """An srun -n1 started inside rank 4 (3 nodes, 8 ranks) has a daemon step's shape; Hydra's
+    proxy step spans every node with ranks (at least 2 here), so one node is a leak. Before,
+    it resolved to NNODES=1 with rank 0 on r1n10 (rank 0 ran on r1n09)."""
+    env = dict(next(r for r in launch("hydra_default") if r["env"]["PMI_RANK"] == "4")["env"])
+    assert resolve(env).master_addr == "r1n09"
+    nested = {**env, "SLURM_STEP_ID": "9", "SLURM_STEP_NUM_NODES": "1", "SLURM_STEP_NUM_TASKS": "1",
+              "SLURM_NODEID": "0", "SLURM_STEP_NODELIST": "r1n10"}
+    err = refusal(nested)
+    assert (err.variable, err.value) == ("SLURM_STEP_NUM_NODES", "1")
+    assert "leaked" in err.message and err.fix and "srun" in err.fix
+    # more proxies than nodes that can hold ranks: 3 here and 5 elsewhere fit on at most 6
+    wide = {**env, "SLURM_STEP_NUM_NODES": "7", "SLURM_STEP_NUM_TASKS": "7",
+            "SLURM_STEP_NODELIST": "r[1-7]"}
+    assert refusal(wide).variable == "SLURM_STEP_NUM_NODES"
+
+
+@pytest.mark.parametrize("name", ["hydra_default", "openmpi_bynode"])
+def test_a_node_index_past_the_steps_nodes_is_refused(name: str) -> None:
+    env = next(r["env"] for r in launch(name) if r["env"].get("SLURM_STEP_ID"))
+    err = refusal({**env, "SLURM_NODEID": "5"})  # an IndexError before
+    assert (err.variable, err.value) == ("SLURM_NODEID", "5")
+
+
 def test_registry_order_on_each_overlap() -> None:
     names = launchers.REGISTRY
     assert names.index("slurm") < names.index("openmpi") < names.index("hydra") \

@@ -88,11 +88,17 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
     else:
         step = mpi.read_step(environ, step_text)
         mpi.check_daemon_shape(environ, counts, WHO, step)
-        if counts.one_node and step.nnodes != 1:
+        # Hydra starts one proxy on each node with ranks: this node holds local_size ranks, and
+        # every other node at least one, so the nodes are 1 (all ranks here) or 2..1+others.
+        others = counts.size - counts.local_size
+        fewest, most = (1, 1) if counts.one_node else (2, 1 + others)
+        if not fewest <= step.nnodes <= most:
+            says = ("says every rank runs on this node" if counts.one_node else
+                    f"leaves {others} ranks for other nodes, so the ranks span 2 to {most} nodes")
             raise SlurmEnvError(
-                f"{COUNTS[3]}={counts.local_size} = {COUNTS[1]} says every rank runs on this "
-                f"node, but this rank's Slurm step {step.id} spans {step.nnodes} nodes (Hydra "
-                "starts a proxy only on nodes with ranks): these MPI variables leaked into an "
+                f"{COUNTS[3]}={counts.local_size} with {COUNTS[1]}={counts.size} {says}, but this "
+                f"rank's Slurm step {step.id} spans {step.nnodes} node(s) (Hydra starts a proxy "
+                "on each node with ranks, and only there): these MPI variables leaked into an "
                 "srun started inside an MPI rank",
                 variable="SLURM_STEP_NUM_NODES", value=str(step.nnodes),
                 fix=mpi.LEAK_FIX.format(var=COUNTS[0]),

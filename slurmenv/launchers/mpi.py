@@ -149,9 +149,15 @@ def read_step(environ: Mapping[str, str], step: str) -> Step:
     def number(name: str, minimum: int = 0) -> int:
         return parse_int(name, require(environ, name, fix), minimum=minimum)
 
+    nnodes, node = number("SLURM_STEP_NUM_NODES", 1), number("SLURM_NODEID")
+    if node >= nnodes:
+        raise SlurmEnvError(
+            f"SLURM_NODEID={node} is not below SLURM_STEP_NUM_NODES={nnodes}",
+            variable="SLURM_NODEID", value=str(node), fix=fix,
+        )
     return Step(
-        step, number("SLURM_STEP_NUM_TASKS", 1), number("SLURM_STEP_NUM_NODES", 1),
-        number("SLURM_NODEID"), require(environ, "SLURM_STEP_NODELIST", fix),
+        step, number("SLURM_STEP_NUM_TASKS", 1), nnodes, node,
+        require(environ, "SLURM_STEP_NODELIST", fix),
     )
 
 
