@@ -125,7 +125,8 @@ def test_torch_all_reduce_under_mpi(slurm_cluster: SlurmCluster, name: str) -> N
 
 
 # -- 2. two launches at the same time in one job -----------------------------------------------
-PAIR = """meet=$(mktemp -d)
+PAIR = """echo "JOBID $SLURM_JOB_ID"
+meet=$(mktemp -d)
 export CHECK_MEET_DIR=$meet CHECK_MEET_COUNT=2 CHECK_TIMEOUT=200
 # the launchers' daemon steps share the nodes (srun --overlap): else the second waits for the
 # first's CPUs, and the first's rank 0 for the second's
@@ -157,6 +158,10 @@ def test_two_concurrent_launches_in_one_job(
     # Open MPI: the families of two mpirun draw the same port 1 time in 22,746, and then one
     # rank 0 refuses (the next test); Hydra: proxy steps of their own, never the same port
     assert len(ports[0]) == len(ports[1]) == 1 and ports[0] != ports[1], explain(res)
+    if launcher == "openmpi":  # outside the job's own block, where its srun steps' ports are
+        job = int(re.search(r"^JOBID (\d+)$", res.stdout, re.MULTILINE).group(1))  # type: ignore[union-attr]
+        block = range(10000 + job % 1000 * 22, 10000 + job % 1000 * 22 + 22)
+        assert all(int(p) not in block for x in ports for p in x), explain(res)
     for x in "ab":
         rc, checks, _ = got[x]
         assert rc == 0, explain(res)
