@@ -299,7 +299,10 @@ def test_show_and_doctor_under_mpirun(slurm_cluster: SlurmCluster) -> None:
         "launch oneline mpirun -np 4 slurmenv show --one-line\n"
         "launch show mpirun --map-by node -np 2 slurmenv show --for torch\n"
         "launch allranks mpirun -np 4 slurmenv show --all-ranks --for torch\n"
-        "launch doctor mpirun --map-by node -np 2 slurmenv doctor\n",
+        "launch doctor mpirun --map-by node -np 2 slurmenv doctor\n"
+        # two ranks on mpirun's node, which carry the batch script's variables, both refused
+        "launch doctorrank mpirun -np 2 -x RANK=7 slurmenv doctor\n"
+        "launch tf mpirun -np 2 bash -c 'eval $(slurmenv export); echo RAN'\n",
     )
     got = launches(res)
     assert "Traceback" not in res.stdout + res.stderr, explain(res)
@@ -324,6 +327,15 @@ def test_show_and_doctor_under_mpirun(slurm_cluster: SlurmCluster) -> None:
     text = "\n".join(lines)
     assert "rank 0 of 2" in text and "rank 1 of 2" in text, explain(res)
     assert "Open MPI" in text and "daemon step" in text, explain(res)
+    # doctor of refused ranks on mpirun's node: the launcher's refusal, not "outside any step"
+    rc, _, lines = got["doctorrank"]
+    text = "\n".join(lines)
+    assert rc != 0 and text.count("RANK=7 is already set") == 2, explain(res)
+    assert "outside any job step" not in text and "outside any step" not in text, explain(res)
+    # TF_CONFIG cannot be built under mpirun: the plain export is refused, the command stops
+    rc, _, lines = got["tf"]
+    assert rc != 0 and "RAN" not in lines, explain(res)
+    assert "--for torch" in res.stderr, explain(res)
 
 
 # -- 6. rank 0 elsewhere: refused ---------------------------------------------------------------
