@@ -83,8 +83,7 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
             )
         master = mpi.one_node_master(counts)
         node_rank, nnodes = 0, 1
-        node_source = node_count = f"every rank on one node ({COUNTS[3]}={counts.local_size} = " \
-            f"{COUNTS[1]})"
+        node_source = node_count = counts.one_node_source
     else:
         step = mpi.read_step(environ, step_text)
         mpi.check_daemon_shape(environ, counts, WHO, step)

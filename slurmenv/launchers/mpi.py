@@ -71,6 +71,11 @@ class Counts(NamedTuple):
         """Every rank runs on this node (the launcher says so: local size = size)."""
         return self.local_size == self.size
 
+    @property
+    def one_node_source(self) -> str:
+        """The sentence for NODE_RANK/NNODES when every rank runs on this node."""
+        return f"every rank on one node ({self.names[3]}={self.local_size} = {self.names[1]})"
+
     def sources(self) -> dict[str, str]:
         rank_v, size_v, local_v, local_size_v = self.names
         return {

@@ -52,7 +52,7 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
             "MVAPICH2's Hydra mpiexec; or set RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT yourself",
         )
     sources = counts.sources()
-    one = f"every rank on one node ({COUNTS[3]}={counts.local_size} = {COUNTS[1]})"
+    one = counts.one_node_source
     sources.update(NODE_RANK=one, GROUP_RANK=one, NNODES=one)
     master = mpi.one_node_master(counts)
     return Task(

@@ -146,7 +146,7 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
     if counts.one_node:
         master = mpi.one_node_master(counts)
         node_rank, nnodes = 0, 1
-        node_source = f"every rank on one node ({COUNTS[3]}={counts.local_size} = {COUNTS[1]})"
+        node_source = counts.one_node_source
     elif job is None:
         master = mpi.Master(None, "outside a Slurm job no variable tells which node holds rank 0 "
                             "(Open MPI's ranks only know their own place)")
