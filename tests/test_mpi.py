@@ -264,6 +264,19 @@ def test_an_srun_of_one_node_inside_a_hydra_rank_of_several_is_refused() -> None
     assert refusal(wide).variable == "SLURM_STEP_NUM_NODES"
 
 
+def test_an_srun_of_one_node_inside_an_open_mpi_rank_is_refused() -> None:
+    """An srun -n1 started inside rank 2 of openmpi_bynode (on r2n09, node 2 of 4) has a daemon
+    step's shape; Open MPI's daemon step runs on every other node with ranks (3 here), so a
+    one-node step is a leak. Before, it resolved to NODE_RANK=1."""
+    env = next(r["env"] for r in launch("openmpi_bynode") if r["host"] == "r2n09")
+    assert resolve(env).node_rank == 2
+    nested = {**env, "SLURM_STEP_ID": "9", "SLURM_STEP_NODELIST": "r2n09",
+              "SLURM_STEP_NUM_NODES": "1", "SLURM_STEP_NUM_TASKS": "1", "SLURM_NODEID": "0"}
+    err = refusal(nested)
+    assert err.variable == "OMPI_COMM_WORLD_RANK" and "leaked" in err.message
+    assert "fewer than the 3 other nodes" in err.message
+
+
 @pytest.mark.parametrize("name", ["hydra_default", "openmpi_bynode"])
 def test_a_node_index_past_the_steps_nodes_is_refused(name: str) -> None:
     env = next(r["env"] for r in launch(name) if r["env"].get("SLURM_STEP_ID"))

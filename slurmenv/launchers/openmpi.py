@@ -216,6 +216,13 @@ def _in_job(
     elif step is not None and not by_mpirun and node is not None:
         daemons = step.node_list().names()
         shift = 0 if first in daemons else 1
+        if step.nnodes + shift < nnodes:  # Open MPI runs a daemon on every other node with ranks
+            raise mpi.refuse_leak(
+                environ, counts, WHO,
+                f"spans {step.nnodes} node(s), fewer than the {nnodes - shift} other nodes "
+                f"holding ranks of this launch (OMPI_MCA_orte_num_nodes={nnodes}), each of which "
+                "runs an Open MPI daemon of the daemon step",
+            )
         node_rank = step.node_index + shift
         source = (
             f"SLURM_NODEID={step.node_index} of Open MPI's daemon step "
