@@ -24,9 +24,10 @@ tasks on a node is an ``srun`` step, and MPI variables there that disagree with 
 ``launchers/slurm.py``) leaked. The limit: an ``srun`` with one task per node started inside
 a rank has a daemon step's shape. The launcher modules then catch what contradicts the MPI
 counts (Open MPI: a rank that ``mpirun`` itself started, ``OMPI_MCA_orte_local_daemon_uri`` =
-``OMPI_MCA_orte_hnp_uri``, inside a step of several tasks; Hydra: all ranks on one node but the
-step on several nodes; both: rank 0 away from the node of rank 0, the first rank of that node
-not rank 0), and not the rest.
+``OMPI_MCA_orte_hnp_uri``, inside a step of several tasks, or a step of fewer nodes than the
+other nodes with ranks; Hydra: a step whose node count is not that of the nodes with ranks
+(one when all ranks are here, else 2 to 1 + the ranks elsewhere); both: rank 0 away from the
+node of rank 0, the first rank of that node not rank 0), and not the rest.
 """
 
 from __future__ import annotations
