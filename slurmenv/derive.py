@@ -247,7 +247,9 @@ def port_plan(
         plan = ports.Ports(port, tf, f"{why}; TensorFlow ports follow it", variable)
     elif task.reserved_ports is not None:
         variable, reserved = task.reserved_ports
-        listed = ports.parse_port_list(reserved, variable)
+        # as many as a resolution can use: MASTER_PORT, a TF port per local rank, and those
+        # the MPI runtime takes for itself
+        listed = ports.parse_port_list(reserved, variable, limit=per_node + 1 + len(taken))
         source = f"{variable}={reserved} (reserved by Slurm)"
         skipped = sorted({p for p in listed if p in taken})
         if skipped:

@@ -52,12 +52,33 @@ def require(environ: Mapping[str, str], name: str, fix: str) -> str:
     return str(value)
 
 
+#: The most digits a number slurmenv reads may have: every count, ID, rank and port Slurm and
+#: the launchers write fits (a 64-bit value has at most 20), and ``int()`` never meets Python's
+#: 4,300-digit limit or the quadratic cost below it.
+MAX_DIGITS = 20
+
+
+def is_number(text: str) -> bool:
+    """ASCII decimal digits only, at most :data:`MAX_DIGITS` of them: the one test of every
+    number slurmenv reads (``str.isdigit`` also accepts ``'²'``, which ``int`` refuses, and
+    ``int`` accepts ``'٤'``, ``'+4'`` and ``' 4'``, which no launcher writes)."""
+    return 0 < len(text) <= MAX_DIGITS and text.isascii() and text.isdigit()
+
+
+def to_int(text: str) -> int | None:
+    """``text`` (stripped) as a number when :func:`is_number` accepts it, else None."""
+    text = text.strip()
+    return int(text) if is_number(text) else None
+
+
 def parse_int(name: str, value: str, *, minimum: int = 0, fix: str | None = None) -> int:
     """Parse a non-negative decimal integer from an environment variable."""
     text = value.strip()
-    if not text.isdigit() or not text.isascii():
+    if not is_number(text):
+        too_long = len(text) > MAX_DIGITS and text.isascii() and text.isdigit()
         raise SlurmEnvError(
-            f"{name} is not a whole number",
+            f"{name} has more than {MAX_DIGITS} digits" if too_long
+            else f"{name} is not a whole number",
             variable=name,
             value=value,
             fix=fix or f"{name} must be a decimal integer as Slurm writes it",

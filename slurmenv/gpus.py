@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ._compat import TYPE_CHECKING, NamedTuple
-from .errors import SlurmEnvError
+from .errors import SlurmEnvError, to_int
 
 if TYPE_CHECKING:
     from .resolution import Resolution
@@ -128,7 +128,7 @@ def count_list(value: str) -> int:
 def node_gpus(environ: Mapping[str, str]) -> int | None:
     """The step's GPUs on this node (``SLURM_GPUS_ON_NODE``), None when Slurm does not say."""
     text = environ.get("SLURM_GPUS_ON_NODE", "").strip()
-    return int(text) if text.isascii() and text.isdigit() else None
+    return to_int(text)
 
 
 def bound_by_slurm(environ: Mapping[str, str], name: str, count: int) -> str | None:

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from itertools import accumulate
 
 from ._compat import NamedTuple, bisect_right
-from .errors import SlurmEnvError
+from .errors import SlurmEnvError, is_number
 
 
 class Distribution(NamedTuple):
@@ -58,7 +58,7 @@ def parse_distribution(environ: Mapping[str, str]) -> Distribution | UnknownLayo
     if kind.startswith("plane"):
         inline = kind.partition("=")[2]
         size = inline or get("SLURM_DIST_PLANESIZE", "")
-        if not (size.isascii() and size.isdigit()) or int(size) < 1:
+        if not is_number(size) or int(size) < 1:
             raise SlurmEnvError(
                 "plane distribution without a valid plane size",
                 variable="SLURM_DISTRIBUTION" if inline else "SLURM_DIST_PLANESIZE",

@@ -18,15 +18,11 @@ from __future__ import annotations
 from itertools import repeat
 from types import ModuleType
 
-from .errors import SlurmEnvError
+from .errors import SlurmEnvError, is_number
 
 # slurmenv accepts up to this many names in a whole list (16 times Slurm's range cap).
 MAX_NODES = 1_048_576
 LIST_FIX = "pass the list exactly as Slurm wrote it, e.g. 'node[01-04],gpu[1-2]'"
-
-
-def _is_number(text: str) -> bool:
-    return text.isdigit() and text.isascii()
 
 
 def _split_parts(text: str) -> list[str]:
@@ -194,10 +190,10 @@ def parse_tasks_per_node(text: str, variable: str) -> list[int]:
         count, paren, repeat_text = part.strip().partition("(x")
         if paren:
             repeat_text, close, rest = repeat_text.partition(")")
-            ok = bool(close) and not rest and _is_number(repeat_text)
+            ok = bool(close) and not rest and is_number(repeat_text)
         else:
             repeat_text, ok = "1", True
-        if not (ok and _is_number(count)) or int(count) == 0 or int(repeat_text) == 0:
+        if not (ok and is_number(count)) or int(count) == 0 or int(repeat_text) == 0:
             raise SlurmEnvError(
                 f"{variable} is not a valid Slurm task count list",
                 variable=variable,

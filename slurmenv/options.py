@@ -164,17 +164,18 @@ def parse_flag(text: str, variable: str) -> bool:
 
 
 def check_template(template: str, variable: str) -> str:
-    """A host template must contain ``{host}`` and nothing else in braces."""
-    # Parse rather than format: "{host.upper}" or "{host:>999999999}" would run code or
-    # exhaust memory when formatted.
+    """A host template must contain ``{host}`` and nothing else in braces: no format spec
+    (``{host:>9}``), no conversion (``{host!r}``), no other field."""
+    # Parse rather than format: "{host.upper}" or "{host:>999999999}" would run code, exhaust
+    # memory or put blanks in an address when formatted.
     from string import Formatter  # only when a template is given (not on export's path)
 
     try:
-        fields = [field for _, field, spec, conv in Formatter().parse(template)
+        fields = [(field, spec, conv) for _, field, spec, conv in Formatter().parse(template)
                   if field is not None or spec or conv]
     except ValueError:
         fields = None
-    ok = bool(fields) and all(field == "host" for field in fields or ()) and "{host}" in template
+    ok = bool(fields) and all(part == ("host", "", None) for part in fields or ())
     if not ok:
         raise SlurmEnvError(
             "address template must contain {host} and no other {field}",

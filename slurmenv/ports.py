@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ._compat import NamedTuple
-from .errors import SlurmEnvError
+from .errors import SlurmEnvError, is_number
 
 JOB_SLOTS = 1000
 DEFAULT_RANGE = (10000, 32767)
@@ -48,11 +48,6 @@ def resv_ports(per_node: int | None = None) -> str:
     return f"srun --resv-ports={per_node + 1}"
 
 
-def _is_number(text: str) -> bool:
-    """ASCII decimal digits only (``str.isdigit`` also accepts ``'²'``, which ``int`` refuses)."""
-    return text.isascii() and text.isdigit()
-
-
 #: The variables (and option) through which a user gives the port: ``Ports.variable`` is one
 #: of them when the port was given, not derived.
 GIVEN = ("MASTER_PORT", "SLURMENV_PORT", "--port")
@@ -71,7 +66,7 @@ class Ports(NamedTuple):
 def parse_range(text: str, variable: str) -> tuple[int, int]:
     """Parse ``LO-HI`` into a checked port range."""
     lo_text, dash, hi_text = text.strip().partition("-")
-    if not (dash and _is_number(lo_text) and _is_number(hi_text)):
+    if not (dash and is_number(lo_text) and is_number(hi_text)):
         raise SlurmEnvError("port range must be LO-HI", variable=variable, value=text, fix=RANGE_FIX)
     lo, hi = int(lo_text), int(hi_text)
     if lo < 1024 or hi > 65535 or hi - lo + 1 < 2 * JOB_SLOTS:
@@ -86,7 +81,7 @@ def parse_range(text: str, variable: str) -> tuple[int, int]:
 
 def parse_port(text: str, variable: str) -> int:
     """Parse one TCP port number (1024-65535)."""
-    if not _is_number(text := text.strip()) or not 1024 <= int(text) <= 65535:
+    if not is_number(text := text.strip()) or not 1024 <= int(text) <= 65535:
         raise SlurmEnvError(
             "not a usable TCP port",
             variable=variable,
@@ -96,14 +91,16 @@ def parse_port(text: str, variable: str) -> int:
     return int(text)
 
 
-def parse_port_list(text: str, variable: str) -> list[int]:
-    """Parse Slurm's port list (``12000-12003`` or ``12000,12002-12003``): ports 1024-65535."""
-    ports: list[int] = []
+def parse_port_list(text: str, variable: str, limit: int | None = None) -> list[int]:
+    """Parse Slurm's port list (``12000-12003`` or ``12000,12002-12003``): ports 1024-65535,
+    no port twice. Only the first ``limit`` ports are expanded (all when None: at most the
+    64,512 ports there are, since none may repeat); every part is checked all the same."""
+    ranges: list[tuple[int, int]] = []
     for part in text.split(","):
         lo, dash, hi = part.strip().partition("-")
         if (
-            not _is_number(lo)
-            or (dash and not _is_number(hi))
+            not is_number(lo)
+            or (dash and not is_number(hi))
             or not 1024 <= int(lo) <= int(hi or lo) <= 65535
         ):
             raise SlurmEnvError(
@@ -113,7 +110,23 @@ def parse_port_list(text: str, variable: str) -> list[int]:
                 fix="it must look like '12000-12003' or '12000,12005' (ports 1024-65535, "
                 "low-high ranges)",
             )
-        ports.extend(range(int(lo), int(hi or lo) + 1))
+        ranges.append((int(lo), int(hi or lo)))
+    ordered = sorted(ranges)
+    for (_, end), (start, _) in zip(ordered, ordered[1:]):
+        if start <= end:
+            raise SlurmEnvError(
+                f"port {start} is listed twice",
+                variable=variable,
+                value=text,
+                fix="each port may be listed once: Slurm never reserves a port twice; give the "
+                "list Slurm wrote, or one port with --port",
+            )
+    ports: list[int] = []
+    for lo_port, hi_port in ranges:
+        if limit is not None and len(ports) >= limit:
+            break
+        stop = hi_port + 1 if limit is None else min(hi_port + 1, lo_port + limit - len(ports))
+        ports.extend(range(lo_port, stop))
     return ports
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from . import gpus, tfconfig
 from .cli import add_resolution_options, print_error, resolve_from_args
-from .errors import SlurmEnvError
+from .errors import SlurmEnvError, is_number
 from .resolution import Resolution
 
 #: How the GPU column was computed (see gpu_column).
@@ -243,7 +243,7 @@ def one_line_error(exc: SlurmEnvError, environ: Mapping[str, str]) -> str:
     """The line of a task whose resolution failed: same start, so it sorts in place."""
     rank = environ.get("SLURM_PROCID", "?")
     world = environ.get("SLURM_STEP_NUM_TASKS") or environ.get("SLURM_NTASKS") or "?"
-    if rank.isdigit() and world.isdigit():
+    if is_number(rank) and is_number(world):
         rank = f"{int(rank):0{_width(int(world))}d}"
     node = environ.get("SLURMD_NODENAME") or socket.gethostname()
     variable = f" [{exc.variable}={exc.value!r}]" if exc.variable else ""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ._compat import TYPE_CHECKING
-from .errors import SlurmEnvError
+from .errors import SlurmEnvError, is_number
 
 if TYPE_CHECKING:
     from typing import Any
@@ -83,12 +83,12 @@ def rank_addresses(config: Mapping[str, Any]) -> list[str]:
 def port_of(address: str) -> int | None:
     """The port of ``host:port`` (None when there is none)."""
     _, colon, port = address.rpartition(":")
-    return int(port) if colon and port.isdigit() else None
+    return int(port) if colon and is_number(port) else None
 
 
 def host_of(address: str) -> str:
     """The host of ``host:port`` (brackets of an IPv6 literal removed)."""
     host, colon, port = address.rpartition(":")
-    if not colon or not port.isdigit():
+    if not colon or not is_number(port):
         host = address
     return host.strip("[]")

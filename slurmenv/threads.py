@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable, Mapping
 
 from ._compat import NamedTuple
-from .errors import parse_int
+from .errors import parse_int, to_int
 
 #: Variables set, in output order.
 VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -71,7 +71,7 @@ def omp_threads(value: str) -> int | None:
     """The thread count OpenMP takes from ``OMP_NUM_THREADS`` (the first level of a nested
     list such as ``4,2``), None when it is not a number."""
     first = value.split(",")[0].strip()
-    return int(first) if first.isascii() and first.isdigit() else None
+    return to_int(first)
 
 
 def plan(environ: Mapping[str, str], affinity: Callable[[], int] = affinity_count) -> Threads:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import gpus, nodes, ports, tfconfig, threads
-from ..errors import SlurmEnvError
+from ..errors import SlurmEnvError, is_number, to_int
 from ..launchers import base, outside_step
 from .context import Context, from_error, ports_here, rank_addresses, resolve_for_doctor
 from .registry import FUNCTIONS, check
@@ -425,7 +425,7 @@ def _check_threads(ctx: Context) -> Check:
     cpus = (ctx.facts or {}).get("cpus") or {}
     affinity = cpus.get("affinity")
     on_node_text = env.get("SLURM_CPUS_ON_NODE", "")
-    on_node = int(on_node_text) if on_node_text.isdigit() else cpus.get("count")
+    on_node = to_int(on_node_text) if is_number(on_node_text.strip()) else cpus.get("count")
     if "OMP_NUM_THREADS" in res.bindings:
         value = res.bindings["OMP_NUM_THREADS"]
         why = res.sources.get("OMP_NUM_THREADS", "")

@@ -152,12 +152,12 @@ def parse(data: bytes, path: str = "<apinfo>") -> ApInfo:
 
 def read(path: str) -> ApInfo:
     """Read and parse the apinfo file at ``path``."""
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(1 << 26)  # 64 MiB: far above any real file (68 B per node)
-    except OSError as exc:
+    from .. import files
+
+    data = files.read(path, VARIABLE, FIX)
+    if data is None:
         raise SlurmEnvError(
-            f"cannot read apinfo file {path}: {exc.strerror}",
+            f"cannot read apinfo file {path}",
             variable=VARIABLE,
             value=path,
             fix="the launcher removes the file when the application ends: resolve inside the "

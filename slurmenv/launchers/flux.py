@@ -34,6 +34,8 @@ VARIABLES = (
     "PMI_RANK", "PMI_SIZE", "PALS_RANKID", "PALS_NODEID", "PALS_APINFO", "PMI_CONTROL_PORT",
 )  # fmt: skip
 PREFIXES = ("FLUX_",)
+#: Set only in a task a Flux job shell started (local.py refuses the single-process default).
+TASK_VARIABLES = ("FLUX_TASK_RANK", "FLUX_TASK_LOCAL_ID")
 FIX = "run slurmenv inside a task that flux run/submit started; Flux sets this in every task"
 LAYOUT_FIX = (
     "run with flux run -o pmi=cray-pals (its apinfo file tells every task's node), or one "

@@ -277,7 +277,7 @@ class HetStep(SlurmStep):
         if not reserved:
             return None
         listed = ports.parse_port_list(reserved, "SLURM_STEP_RESV_PORTS")
-        if (plan.master, plan.tf) != (listed[0], listed[1:]):
+        if (plan.master, plan.tf) != (listed[0], listed[1 : 1 + len(plan.tf)]):
             return None  # an explicit port (or MASTER_PORT) won over the reservation
         sizes = [max(self.counts[p.first_node : p.first_node + p.nnodes]) + 1 for p in self.parts]
         if sum(sizes) != len(listed) or listed[0] != plan.master:

@@ -51,6 +51,8 @@ VARIABLES = (
 )  # fmt: skip
 #: dump records every PMI_* and MPI_LOCAL* (Hydra's and Intel MPI's).
 PREFIXES = ("PMI_", "MPI_LOCAL", "I_MPI_", "HYDRA_")
+#: Set only in a rank Hydra started; not I_MPI_*/HYDRA_* settings (local.py).
+TASK_VARIABLES = (*COUNTS, "PMI_FD", "PMI_JOBID", "HYDI_CONTROL_FD")
 WHO = "Hydra's mpiexec"
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..errors import SlurmEnvError, parse_int
+from ..errors import SlurmEnvError, is_number, parse_int
 from ..options import Options
 from .base import Task, Topology
 
@@ -37,6 +37,10 @@ VARIABLES = (
     "PET_MASTER_PORT", "JOB_COMPLETION_INDEX", "VC_TASK_INDEX", "VK_TASK_INDEX",
 )  # fmt: skip
 PREFIXES = ("PET_", "VC_")
+#: A pod's index, set only in a pod of an indexed Job or a Volcano job: without RANK and
+#: WORLD_SIZE each such pod would train alone (local.py refuses). KUBERNETES_SERVICE_HOST is in
+#: every pod, and PET_* are torchrun's arguments, which slurmenv itself exports.
+TASK_VARIABLES = ("JOB_COMPLETION_INDEX", "VC_TASK_INDEX", "VK_TASK_INDEX")
 TORCHRUN_FIX = (
     "run one process per pod (PyTorchJob nprocPerNode: 1, TrainJob numProcPerNode: 1), or "
     "start torchrun in each pod (it reads the PET_* variables as its arguments and gives every "
@@ -85,7 +89,7 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
     if local:
         raise _several(f"LOCAL_RANK={local} in a pod of {who}", "LOCAL_RANK", str(local))
     nnodes_text = environ.get("PET_NNODES")
-    if nnodes_text is not None and not nnodes_text.strip().isdigit():
+    if nnodes_text is not None and not is_number(nnodes_text.strip()):
         raise SlurmEnvError(
             f"PET_NNODES={nnodes_text} is a range: an elastic job, whose size only torchrun's "
             "rendezvous knows",
@@ -174,7 +178,7 @@ def _check_pod_name(environ: Mapping[str, str], rank: int) -> None:
     host = environ.get("HOSTNAME", "")
     head, _, index = host.rpartition("-")
     role = head.rpartition("-")[2]
-    if not index.isdigit() or role not in ("master", "worker"):
+    if not is_number(index) or role not in ("master", "worker"):
         return  # custom task names or hostnames: nothing to compare
     expected = int(index) + (1 if role == "worker" else 0)
     if role == "master" and int(index) != 0:

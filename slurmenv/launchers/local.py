@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Mapping
 
+from ..errors import SlurmEnvError
 from ..options import Options
 from .base import Task, Topology
 
@@ -71,8 +72,43 @@ def single_process(
     )
 
 
+def stray(environ: Mapping[str, str]) -> tuple[str, str] | None:
+    """(variable, launchers) of the first variable set here that only a launcher sets in the
+    processes it starts (each launcher module's ``TASK_VARIABLES``; ``launchers`` names every
+    module that declares it, ``pals or hydra``), or None.
+
+    Reached only when no launcher detected the task: such a variable then means that a
+    launcher started this process but part of its variables was lost (a container passing
+    some of them, ``env -i``), and a single process would train alone. Settings users keep in
+    their profiles (``SLURM_CONF``, ``OMPI_MCA_btl``, ``I_MPI_FABRICS``) are not listed."""
+    from . import REGISTRY, load  # every launcher module: this is not an srun task's path
+
+    owners: dict[str, list[str]] = {}
+    for name in REGISTRY:
+        module = load(name)
+        for variable in getattr(module, "TASK_VARIABLES", ()):
+            owners.setdefault(variable, []).append(str(module.NAME))
+    for variable, names in owners.items():
+        if variable in environ:
+            return variable, " or ".join(names)
+    return None
+
+
 def read(environ: Mapping[str, str], options: Options) -> Task:
-    """Rank 0 of a world of 1: what a script started by hand outside any launcher needs."""
+    """Rank 0 of a world of 1: what a script started by hand outside any launcher needs;
+    refused when a variable only a launcher sets is present (:func:`stray`)."""
+    found = stray(environ)
+    if found is not None:
+        variable, launcher = found
+        raise SlurmEnvError(
+            f"{variable} is set, a variable that only a launcher ({launcher}) sets in the "
+            "processes it starts, but the rest of that launcher's variables is missing: as a "
+            "single process, every task would train alone",
+            variable=variable, value=environ[variable],
+            fix="keep all of the launcher's variables where slurmenv runs (a "
+            "container or env -i that passes only some of them loses the others; apptainer "
+            f"exec without --cleanenv), or unset {variable} to run a single process",
+        )
     return single_process(
         environ, NAME, "not inside a Slurm step",
         origin="not inside a Slurm job: slurmenv gives a single process (rank 0 of 1 on "

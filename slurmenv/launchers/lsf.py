@@ -33,6 +33,9 @@ VARIABLES = (
     "OMPI_COMM_WORLD_LOCAL_SIZE",
 )  # fmt: skip
 PREFIXES = ("JSM_NAMESPACE_", "LSB_")
+#: Set only in a task jsrun started (local.py refuses the single-process default then).
+TASK_VARIABLES = ("JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_LOCAL_RANK",
+                  "JSM_NAMESPACE_LOCAL_SIZE")
 FIX = "run slurmenv inside a task that jsrun started; jsrun sets this in every task"
 
 
@@ -47,12 +50,14 @@ def _get(environ: Mapping[str, str], name: str, minimum: int = 0) -> int:
 
 def compute_hosts(path: str) -> tuple[str, list[str]]:
     """(launch node, the distinct compute hosts in order) of an LSF rank file."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            lines = [line.strip() for line in handle if line.strip()]
-    except OSError as exc:
+    from .. import files
+
+    fix = "resolve inside the job, where LSF writes the file"
+    text = files.read_text(path, "LSB_DJOB_RANKFILE", fix)
+    lines = [] if text is None else [line.strip() for line in text.splitlines() if line.strip()]
+    if text is None:
         raise SlurmEnvError(
-            f"cannot read LSB_DJOB_RANKFILE {path}: {exc.strerror}",
+            f"cannot read LSB_DJOB_RANKFILE {path}",
             variable="LSB_DJOB_RANKFILE", value=path,
             fix="resolve inside the job, where LSF writes the file",
         ) from None

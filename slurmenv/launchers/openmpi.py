@@ -67,6 +67,11 @@ VARIABLES = (
 )  # fmt: skip
 #: dump records every OMPI_* and PMIX_* (OMPI_MCA_orte_precondition_transports is redacted).
 PREFIXES = ("OMPI_", "PMIX_")
+#: Set only in a rank Open MPI (or another PMIx launcher) started; not OMPI_MCA_* settings
+#: such as OMPI_MCA_btl, which users keep in their shell profiles (local.py).
+TASK_VARIABLES = (*COUNTS, "OMPI_COMM_WORLD_NODE_RANK", "OMPI_UNIVERSE_SIZE",
+                  "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_hnp_uri", "PMIX_RANK",
+                  "PMIX_NAMESPACE")
 WHO = "Open MPI's mpirun"
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..errors import SlurmEnvError, parse_int, require
+from ..errors import SlurmEnvError, is_number, parse_int, require
 from ..options import Options
 from ..ports import stable_hash
 from .base import Task, Topology
@@ -36,6 +36,11 @@ VARIABLES = (
     "PBS_JOBID", "PBS_NODEFILE", "PBS_ENVIRONMENT",
 )  # fmt: skip
 PREFIXES = ("PALS_",)
+#: Set only in a rank PALS started (local.py refuses the single-process default then); PMI_*
+#: also by srun --mpi=pmi2 and Hydra, whose modules list them too.
+TASK_VARIABLES = ("PALS_RANKID", "PALS_NODEID", "PALS_LOCAL_RANKID", "PALS_LOCAL_SIZE",
+                  "PALS_APID", "PALS_APINFO", "PMI_RANK", "PMI_SIZE", "PMI_LOCAL_RANK",
+                  "PMI_LOCAL_SIZE")
 FIX = (
     "run slurmenv inside the rank that PALS mpiexec (or srun --mpi=cray_shasta) started; "
     "PALS sets this variable in every rank"
@@ -55,10 +60,10 @@ def port_seed(environ: Mapping[str, str]) -> tuple[tuple[int, int] | None, str]:
     """(job, launch) for the port formula, and the sentence naming the variables."""
     apid = environ.get("PALS_APID", "").strip()
     job_text, dot, step_text = apid.partition(".")
-    slurm_apid = bool(dot) and job_text.isdigit() and step_text.isdigit()
+    slurm_apid = bool(dot) and is_number(job_text) and is_number(step_text)
     pbs_job = environ.get("PBS_JOBID", "").strip()
     number = pbs_job.partition(".")[0].partition("[")[0]
-    if number.isdigit() and number.isascii():
+    if is_number(number):
         if slurm_apid:
             launch, why = int(step_text), f"PALS_APID={apid} (step {step_text})"
         elif apid:
@@ -80,7 +85,7 @@ def launch_key(environ: Mapping[str, str]) -> tuple[str, str] | None:
     a step ID of its own, and without an APID."""
     apid = environ.get("PALS_APID", "").strip()
     job_text, dot, step_text = apid.partition(".")
-    if not apid or (dot and job_text.isdigit() and step_text.isdigit()):
+    if not apid or (dot and is_number(job_text) and is_number(step_text)):
         return None
     return "PALS_APID", apid
 
@@ -278,12 +283,13 @@ def _from_nodefile(environ: Mapping[str, str], rank: int) -> Task:
 
 def _nodefile_hosts(path: str) -> list[str]:
     """The distinct hosts of a PBS node file (one line per slot), in first-seen order."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            lines = handle.read().split()
-    except OSError as exc:
+    from .. import files
+
+    text = files.read_text(path, "PBS_NODEFILE", "PBS_NODEFILE must name the job's node file")
+    lines = [] if text is None else text.split()
+    if text is None:
         raise SlurmEnvError(
-            f"cannot read PBS_NODEFILE {path}: {exc.strerror}", variable="PBS_NODEFILE",
+            f"cannot read PBS_NODEFILE {path}", variable="PBS_NODEFILE",
             value=path, fix="resolve on a node of the job, where PBS writes the file",
         ) from None
     hosts = list(dict.fromkeys(lines))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .. import layout, nodes, ports
-from ..errors import SlurmEnvError, parse_int, require
+from ..errors import SlurmEnvError, parse_int, require, to_int
 from ..options import Options
 from .base import Task, Topology, job_id, slurm_step_is_own, step_id
 
@@ -25,20 +25,31 @@ VARIABLES = (
     "SLURM_HET_SIZE", "SLURM_PACK_SIZE",
 )  # fmt: skip
 PREFIXES = ("SLURM_JOB_NODELIST_HET_GROUP_", "SLURM_JOB_NODELIST_PACK_GROUP_")
+#: Set only inside a Slurm job or step (never in a login shell): any of them without a job ID
+#: is a partial copy of a task's variables, which local.py refuses.
+TASK_VARIABLES = (
+    "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_PROCID",
+    "SLURM_LOCALID", "SLURM_NODEID", "SLURM_GTIDS", "SLURM_STEP_NODELIST",
+    "SLURM_STEP_NUM_NODES", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE",
+    "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_NTASKS", "SLURM_NPROCS",
+    "SLURM_TASKS_PER_NODE", "SLURM_JOB_NUM_NODES", "SLURM_NNODES", "SLURM_STEP_RESV_PORTS",
+    "SLURMD_NODENAME", "SLURM_HET_SIZE", "SLURM_PACK_SIZE",
+)  # fmt: skip
 STEP_FIX = "run slurmenv inside an srun task; Slurm sets this variable in every task"
+HOSTFILE_FIX = "SLURM_HOSTFILE must name the host file given to srun -m arbitrary, one host per line"
 
 detect = slurm_step_is_own
 
 
 def parse_gtids(text: str) -> list[int]:
     """``SLURM_GTIDS``: the step's ranks on this node (``0,4,5``)."""
-    try:
-        return [int(x) for x in text.split(",")]
-    except ValueError:
+    ranks = [to_int(x) for x in text.split(",")]
+    if None in ranks:
         raise SlurmEnvError(
             "SLURM_GTIDS is not a comma-separated list of ranks",
             variable="SLURM_GTIDS", value=text, fix=STEP_FIX,
-        ) from None
+        )
+    return [rank for rank in ranks if rank is not None]
 
 
 class SlurmStep(Topology):
@@ -138,11 +149,11 @@ class SlurmStep(Topology):
         path = self.environ.get("SLURM_HOSTFILE")
         if not path:
             return layout.UnknownLayout("-m arbitrary without SLURM_HOSTFILE")
-        try:
-            with open(path, encoding="utf-8") as handle:
-                text = handle.read()
-        except OSError as exc:
-            return layout.UnknownLayout(f"SLURM_HOSTFILE={path} cannot be read here ({exc})")
+        from .. import files  # -m arbitrary only
+
+        text = files.read_text(path, "SLURM_HOSTFILE", HOSTFILE_FIX)
+        if text is None:
+            return layout.UnknownLayout(f"SLURM_HOSTFILE={path} cannot be read here")
         listed = nodes.expand(text, "SLURM_HOSTFILE")
         return layout.place(self.counts, layout.Distribution("arbitrary"), self.hosts(), listed)
 

@@ -24,6 +24,9 @@ VARIABLES = (
     "NODE_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "NNODES", "TF_CONFIG", "HOSTNAME",
 )  # fmt: skip
 PREFIXES = ("TORCHELASTIC_",)
+#: Set only in a process torchrun started (local.py refuses the single-process default then).
+TASK_VARIABLES = (MARKER, "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+                  "ROLE_RANK", "ROLE_WORLD_SIZE")
 
 
 def detect(environ: Mapping[str, str]) -> bool:
