@@ -86,6 +86,7 @@ def _launcher_names() -> tuple[tuple[str, ...], tuple[str, ...]]:
     prefixes: list[str] = []
     for module in launchers.modules():
         names.extend(module.VARIABLES)
+        names.extend(getattr(module, "TASK_VARIABLES", ()))  # the stray check reads them
         prefixes.extend(module.PREFIXES)
     return tuple(names), tuple(prefixes)
 

@@ -22,6 +22,9 @@ from .errors import SlurmEnvError, is_number
 
 # slurmenv accepts up to this many names in a whole list (16 times Slurm's range cap).
 MAX_NODES = 1_048_576
+#: The longest node name accepted: a DNS name's limit (Slurm's names are host names). Longer
+#: ones only make every rank's TF_CONFIG entry, and so the work, larger.
+MAX_NAME = 253
 LIST_FIX = "pass the list exactly as Slurm wrote it, e.g. 'node[01-04],gpu[1-2]'"
 
 
@@ -94,6 +97,10 @@ class NodeList:
     def __init__(self, text: str, variable: str) -> None:
         self.text = text
         self.variable = variable
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # bytes that were not UTF-8 (os.environ's surrogateescape)
+            raise self._error(" (bytes that are not UTF-8 text)") from None
         parts = _split_parts(text)
         if not parts:
             raise self._error("")
@@ -117,6 +124,8 @@ class NodeList:
     def _expand(self, part: str) -> list[str]:
         """One part's names, checked."""
         if "[" not in part and "]" not in part:
+            if len(part) > MAX_NAME:
+                raise self._error(f" (a name longer than {MAX_NAME} characters)")
             return [part]
         if not part.isprintable() or any(char.isspace() for char in part):
             # only inside brackets (separators split the list elsewhere), where
@@ -130,6 +139,8 @@ class NodeList:
             raise self._error(f" ({detail})") from None
         if not names:
             raise self._error(" (empty bracket expression)")
+        if len(part) > MAX_NAME and max(map(len, names)) > MAX_NAME:
+            raise self._error(f" (a name longer than {MAX_NAME} characters)")
         return names
 
     def __len__(self) -> int:

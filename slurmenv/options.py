@@ -188,7 +188,8 @@ def check_template(template: str, variable: str) -> str:
 
 def check_address(address: str, variable: str) -> str:
     """A host name or IP address: one word, nothing else."""
-    if not address.strip() or any(char.isspace() for char in address.strip()):
+    text = address.strip()
+    if not text or len(text) > 253 or not text.isprintable() or any(c.isspace() for c in text):
         raise SlurmEnvError(
             "not a host name or address",
             variable=variable,

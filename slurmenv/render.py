@@ -74,9 +74,19 @@ def env(res: Resolution, for_: str = "all") -> dict[str, str]:
         elif name == "TF_CONFIG":
             from . import tfconfig  # only outputs with TF_CONFIG need it
 
+            tfconfig.check_world(res.world_size)
             out[name] = tfconfig.dumps(res.tf_config)
         else:
             out[name] = str(values[name])
+    for name, value in out.items():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # bytes that were not UTF-8 in an input (surrogateescape)
+            raise SlurmEnvError(
+                f"{name} would hold bytes that are not UTF-8 text (from "
+                f"{res.sources.get(name, 'the environment')})", variable=name, value=value,
+                fix="fix the variable it comes from: host names and addresses are ASCII",
+            ) from None
     return out
 
 

@@ -70,7 +70,9 @@ def _netns(proc: str, pid: str) -> tuple[int, int] | None:
 _KERNEL_THREAD = 0x00200000
 
 
-def _environ(proc: str, pid: str) -> bytes | None:
+def _environ(
+    proc: str, pid: str, wait: Callable[[float], None] = time.sleep
+) -> bytes | None:
     """``/proc/<pid>/environ``, None when unreadable (gone, another user's).
 
     A process in the middle of an ``execve`` shows an empty environment for a moment (its new
@@ -85,7 +87,7 @@ def _environ(proc: str, pid: str) -> bytes | None:
             return None
         if blob or attempt or not _may_have_environ(proc, pid):
             return blob
-        time.sleep(0.005)
+        wait(0.005)
     return blob
 
 
@@ -102,10 +104,22 @@ def _may_have_environ(proc: str, pid: str) -> bool:
     )
 
 
-def find(variable: str, value: str, proc: str = "/proc") -> list[tuple[int | None, dict[str, str]]]:
-    """``(pid, environment)`` of every process in this network namespace whose environment
-    sets ``variable`` to another value than ``value`` (this launch's own processes set it to
+def _owner(proc: str, pid: str) -> int | None:
+    """The user ID owning process ``pid``, None when it is gone."""
+    try:
+        return os.stat(f"{proc}/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def find(
+    variable: str, value: str, proc: str = "/proc", uid: int | None = None
+) -> list[tuple[int | None, dict[str, str]]]:
+    """``(pid, environment)`` of every process of this user (``uid``, default ours, root
+    included: never another user's) in this network namespace whose environment sets
+    ``variable`` to another value than ``value`` (this launch's own processes set it to
     ``value``). A process whose namespace cannot be read counts as in ours."""
+    uid = os.getuid() if uid is None else uid
     own = _netns(proc, "self")
     key = os.fsencode(variable) + b"="
     found: list[tuple[int | None, dict[str, str]]] = []
@@ -115,7 +129,7 @@ def find(variable: str, value: str, proc: str = "/proc") -> list[tuple[int | Non
     except OSError:
         return found
     for name in names:
-        if not name.isdigit():
+        if not name.isdigit() or _owner(proc, name) != uid:
             continue
         blob = _environ(proc, name)
         if blob is None or key not in blob or blob in seen:
@@ -179,7 +193,8 @@ def check(
             if read(env, opts).rank != 0:  # cheaper than a resolution: most are other ranks
                 continue
             other = resolve(env, opts, None, 1, None, None)
-        except SlurmEnvError:  # a rank that cannot resolve never binds a port
+        except Exception:  # noqa: BLE001, S112 - another process's variables, however broken, never
+            # crash this rank 0: a rank that cannot resolve never binds a port through slurmenv
             continue
         if other.rank != 0 or other.master_port != plan.master:
             continue

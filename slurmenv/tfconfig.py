@@ -62,15 +62,31 @@ def dumps(config: dict[str, Any], check_size: bool = True) -> str:
 
         text = json.dumps(config, separators=(",", ":"))
     if check_size and len(text) > MAX_VALUE:
-        raise SlurmEnvError(
-            f"TF_CONFIG would be {len(text)} bytes, over Linux's {MAX_ARG_STRLEN}-byte limit for "
-            "one environment variable: every program started with it would fail",
-            variable="TF_CONFIG",
-            value=text,
-            fix="build the resolver in Python instead (slurmenv.tf.cluster_resolver() or "
-            "slurmenv.resolve().tf_config), or export without it: slurmenv export --for torch",
-        )
+        raise _too_large(f"{len(text)} bytes", text)
     return text
+
+
+#: The fewest bytes one worker adds to TF_CONFIG: ``"h:1024",``.
+MIN_WORKER = 9
+
+
+def check_world(world_size: int) -> None:
+    """Refuse, before building it, a TF_CONFIG that cannot fit one environment variable
+    whatever the host names: a world of 20 million ranks would otherwise cost gigabytes to
+    build only to be refused by :func:`dumps`."""
+    if world_size * MIN_WORKER > MAX_VALUE:
+        raise _too_large(f"at least {world_size * MIN_WORKER} bytes ({world_size} workers)", None)
+
+
+def _too_large(size: str, text: str | None) -> SlurmEnvError:
+    return SlurmEnvError(
+        f"TF_CONFIG would be {size}, over Linux's {MAX_ARG_STRLEN}-byte limit for "
+        "one environment variable: every program started with it would fail",
+        variable="TF_CONFIG",
+        value=text,
+        fix="build the resolver in Python instead (slurmenv.tf.cluster_resolver() or "
+        "slurmenv.resolve().tf_config), or export without it: slurmenv export --for torch",
+    )
 
 
 def rank_addresses(config: Mapping[str, Any]) -> list[str]:

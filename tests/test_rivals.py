@@ -273,3 +273,58 @@ def test_a_process_caught_in_its_execve_is_read_again() -> None:
     for _ in range(300):
         with process(rival) as pid:
             assert pid in dict(rivals.find(KEY, A0[KEY]))
+
+
+def test_an_empty_environ_is_read_again_deterministically(tmp_path: Path) -> None:
+    """The re-read of a process caught inside execve, without timing: the first read finds the
+    environment empty, and the process's exec completes while find() waits (``wait``)."""
+    pid = tmp_path / "4242"
+    pid.mkdir()
+    (pid / "environ").write_bytes(b"")
+    (pid / "stat").write_bytes(b"4242 (bash) R 1 1 1 0 -1 4194304 0")  # live, not a kthread
+    waited: list[float] = []
+
+    def exec_completes(seconds: float) -> None:
+        waited.append(seconds)
+        (pid / "environ").write_bytes(b"A=1\0B=2\0")
+
+    assert rivals._environ(str(tmp_path), "4242", wait=exec_completes) == b"A=1\0B=2\0"
+    assert len(waited) == 1
+    # a zombie or a kernel thread has no environment for good: not read again
+    (pid / "environ").write_bytes(b"")
+    (pid / "stat").write_bytes(b"4242 (kworker/0:1) I 2 0 0 0 -1 2129984 0")
+    assert rivals._environ(str(tmp_path), "4242", wait=exec_completes) == b""
+    assert len(waited) == 1
+
+
+NOBODY = 65534
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starting another user's process needs root")
+def test_another_users_process_is_not_read() -> None:
+    """The rival check reads only the processes of the user who runs it, root included."""
+    rival = colliding(B0)
+
+    def as_nobody() -> None:
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+
+    full = {**rival, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    proc = subprocess.Popen(["sleep", "120"], env=full, preexec_fn=as_nobody)  # noqa: PLW1509
+    try:
+        assert proc.pid not in dict(rivals.find(KEY, A0[KEY]))
+        assert proc.pid in dict(rivals.find(KEY, A0[KEY], uid=NOBODY))
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [{"SLURMENV_ADDR_TEMPLATE": "{host}{host:x}"}, {"OMPI_COMM_WORLD_RANK": "9" * 5000},
+     {"SLURMENV_PORT_RANGE": "x"}, {"OMPI_COMM_WORLD_SIZE": "\udcff"}],
+)
+def test_a_rivals_broken_environment_never_crashes_rank_0(broken: dict[str, str]) -> None:
+    """Another process's variables, however broken, are never this rank 0's error."""
+    res = resolve(A0, [{**colliding(B0), **broken}])
+    assert res.rank == 0

@@ -77,6 +77,9 @@ def cgroup_step(path: str = "/proc/self/cgroup") -> str | None:
     return None
 
 
-def find() -> str | None:
-    """The local evidence of a Slurm task step, or None."""
-    return cgroup_step() or stepd_ancestor()
+def find(proc: str = "/proc", pid: int | None = None) -> str | None:
+    """The local evidence of a Slurm task step, or None: this process's Slurm cgroup, else a
+    slurmstepd ancestor (``proc`` and ``pid`` for tests: another tree, another process)."""
+    return cgroup_step(f"{proc}/{'self' if pid is None else pid}/cgroup") or stepd_ancestor(
+        proc, pid
+    )
