@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from . import __version__, options, render, resolve
 from ._compat import TYPE_CHECKING
-from .errors import SlurmEnvError
+from .errors import SlurmEnvError, printable
 from .render import FORMATS, SHELLS
 from .resolution import OUTPUTS, Resolution
 
@@ -83,7 +83,7 @@ def resolve_from_args(args: argparse.Namespace) -> Resolution:
 
 def print_error(exc: SlurmEnvError) -> None:
     """Write a resolution error to stderr, prefixed like every slurmenv message."""
-    sys.stderr.write(f"slurmenv: error: {exc}\n")
+    sys.stderr.write(printable(f"slurmenv: error: {exc}") + "\n")
 
 
 def usage_error(message: str) -> NoReturn:
@@ -104,15 +104,27 @@ def cmd_export(args: argparse.Namespace) -> int:
         # Make `eval $(slurmenv export); python train.py` stop before python in a script.
         fail_closed(args.format or args.shell)
         return 1
-    sys.stdout.write(text)
+    write_utf8(text)
     return 0
+
+
+def write_utf8(text: str) -> None:
+    """Write ``text`` to stdout as UTF-8 whatever the locale (``PYTHONIOENCODING=ascii``): the
+    shell that evaluates it gets back the bytes the variables held."""
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:  # a replaced sys.stdout (tests): text as it is
+        sys.stdout.write(text)
+        return
+    sys.stdout.flush()
+    buffer.write(text.encode("utf-8"))
+    buffer.flush()
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
     argv = list(args.argv)
     if argv[:1] == ["--"]:
         argv = argv[1:]
-    if not argv:
+    if not argv or not argv[0]:
         usage_error("exec needs a command: slurmenv exec -- python train.py")
     try:
         values = resolve_from_args(args).env(args.for_)
@@ -122,9 +134,11 @@ def cmd_exec(args: argparse.Namespace) -> int:
     os.environ.update(values)
     try:
         os.execvp(argv[0], argv)
-    except OSError as exc:
-        sys.stderr.write(f"slurmenv: error: cannot run {argv[0]!r}: {exc.strerror}\n")
-        return 127
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else str(exc)
+        sys.stderr.write(f"slurmenv: error: cannot run {argv[0]!r}: {why}\n")
+        # the shell's convention: 127 not found, 126 found but not executable
+        return 127 if isinstance(exc, FileNotFoundError) else 126
     return 0  # pragma: no cover - execvp does not return
 
 
@@ -154,15 +168,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     the shell's failure text on stdout besides the message on stderr (see fail_closed).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    for stream in (sys.stdout, sys.stderr):  # a value the locale cannot encode: escaped, not a
+        reconfigure = getattr(stream, "reconfigure", None)  # traceback (export writes UTF-8)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     try:
         return _run(argv)
     except SystemExit as exc:
         if exc.code not in (0, None):
-            fail_closed(_asked_format(argv))
+            _fail_closed_quietly(_asked_format(argv))
         raise
-    except Exception:
-        fail_closed(_asked_format(argv))
-        raise
+    except BrokenPipeError:
+        # the reader went away (| head): nothing more to say to it, and no traceback
+        _silence_stdout()
+        return 1
+    except Exception as exc:
+        _fail_closed_quietly(_asked_format(argv))
+        if os.environ.get("SLURMENV_DEBUG", "") not in ("", "0"):
+            raise
+        sys.stderr.write(
+            f"slurmenv: internal error: {type(exc).__name__}: {str(exc)[:300]}\n"
+            f"  this is a bug in slurmenv {__version__}, not a problem of your job: please "
+            "report it on the slurmenv issue tracker with this message (SLURMENV_DEBUG=1 shows "
+            "the traceback). Nothing was exported.\n"
+        )
+        return 70  # EX_SOFTWARE
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _fail_closed_quietly(fmt: str | None) -> None:
+    """:func:`fail_closed`, when stdout can still be written to."""
+    try:
+        fail_closed(fmt)
+    except (OSError, ValueError):
+        _silence_stdout()
 
 
 def _run(argv: list[str]) -> int:

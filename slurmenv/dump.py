@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import errno
 import json
 import os
 import re
@@ -133,9 +134,18 @@ def expand_output(
         "t": str(summary.get("rank", environ.get("SLURM_PROCID") or "0")),
         "n": str(summary.get("node_rank", environ.get("SLURM_NODEID") or "0")),
         "N": environ.get("SLURMD_NODENAME") or socket.gethostname(),
-        "%": "%",
     }
-    return re.sub(r"%([jstnN%])", lambda m: values[m.group(1)], pattern)
+    safe = {key: _file_name_part(value) for key, value in values.items()}
+    safe["%"] = "%"
+    return re.sub(r"%([jstnN%])", lambda m: safe[m.group(1)], pattern)
+
+
+def _file_name_part(value: str) -> str:
+    """``value`` as a piece of a file name that stays in its directory: only letters, digits,
+    ``.``, ``_`` and ``-`` (``/`` and the rest become ``_``), never ``.`` or ``..``, at most
+    64 characters. A variable such as ``SLURMD_NODENAME=../../x`` cannot move the file."""
+    text = re.sub(r"[^A-Za-z0-9._-]", "_", value)[:64]
+    return "_" if text.strip(".") == "" else text
 
 
 def _error_dict(exc: SlurmEnvError) -> dict[str, Any]:
@@ -166,6 +176,11 @@ def _affinity() -> int | None:
 
 #: Variables naming files a launcher reads to lay out the task: the launcher modules' FILES.
 FILE_VARIABLES = ("SLURM_HOSTFILE", "PALS_APINFO", "PBS_NODEFILE", "LSB_DJOB_RANKFILE")
+#: The largest file a dump records (a host file of a million ranks is about 20 MB).
+FILE_LIMIT = 1 << 25
+#: The file a replay points a variable of FILE_VARIABLES at when the dump holds no copy of its
+#: file: never the replaying machine's file of that name.
+NOT_RECORDED = "not-recorded-in-the-dump"
 
 
 def _read_files(environ: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -178,10 +193,13 @@ def _read_files(environ: Mapping[str, str]) -> tuple[dict[str, str], dict[str, s
         path = environ.get(name)
         if not path:
             continue
+        from . import files
+
         try:
-            with open(path, "rb") as handle:
-                data = handle.read(1 << 24)
-        except OSError:
+            data = files.read(path, name, "", limit=FILE_LIMIT)
+        except SlurmEnvError:  # not a regular file, or too large: not recorded
+            continue
+        if data is None:
             continue
         try:
             if b"\0" not in data:
@@ -263,12 +281,15 @@ class Dump(NamedTuple):
         import base64
 
         env = dict(self.environ)
-        if not self.files and not self.binary_files:
+        if not any(name in env for name in FILE_VARIABLES):
             yield env
             return
         with tempfile.TemporaryDirectory(prefix="slurmenv-replay-") as tmp:
             copies = [(name, content.encode("utf-8")) for name, content in self.files.items()]
             copies += [(name, base64.b64decode(content)) for name, content in self.binary_files.items()]
+            for name in FILE_VARIABLES:  # a file the dump did not record is not read here
+                if name in env:
+                    env[name] = os.path.join(tmp, NOT_RECORDED, name.lower())
             for name, content in copies:
                 if name not in FILE_VARIABLES:
                     continue
@@ -284,7 +305,8 @@ class Dump(NamedTuple):
         thread counts follow the task's CPU affinity, a fact of its node, not of this one. And
         no other process (``rivals=()``): the processes of this machine are not the recorded
         node's, so a replay does not look for rival launches (``rivals.py``)."""
-        return {**self.options, "cpus": self.cpu_affinity, "rivals": ()}
+        return {**self.options, "cpus": self.cpu_affinity, "rivals": (),
+                "step_evidence": self.step_evidence}
 
     def resolve(self, **overrides: Any) -> Resolution:
         """Replay the resolution; ``overrides`` (not None) replace the recorded options.
@@ -295,9 +317,7 @@ class Dump(NamedTuple):
         opts.update({k: v for k, v in overrides.items() if v is not None})
         opts["resolve_addr"] = False
         with self.environment() as env:
-            res = resolve(
-            env, ephemeral_range=self.ephemeral_range, step_evidence=self.step_evidence, **opts
-        )
+            res = resolve(env, ephemeral_range=self.ephemeral_range, **opts)
             try:  # read the recorded files while the copies exist
                 res.node_of  # noqa: B018 - computes and caches the layout
             except SlurmEnvError:
@@ -318,50 +338,140 @@ class Dump(NamedTuple):
         return bool(self.options.get("resolve_addr")) or flag in ("1", "true", "yes", "on")
 
 
+#: The largest dump read (a recorded host file of a million ranks is about 20 MB).
+LOAD_LIMIT = 1 << 28
+LOAD_FIX = "pass a file written by 'slurmenv dump', unchanged"
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _bad(path: str, what: str) -> SlurmEnvError:
+    return SlurmEnvError(f"the dump's {what}", variable="--from", value=path, fix=LOAD_FIX)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _strings(data: dict[str, Any], key: str, path: str) -> dict[str, str]:
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise _bad(path, f"'{key}' is not a mapping of strings")
+    return value
+
+
+def _options(data: dict[str, Any], path: str) -> dict[str, Any]:
+    """The recorded options, each read back through the options table's own parser (as text,
+    or a bool for a flag), so a replay gets only values the command line could have given."""
+    from .options import FLAG, PARSERS, RANGE, TABLE
+
+    value = data.get("options")
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _bad(path, "'options' is not a mapping")
+    rows = {row.field: row for row in TABLE}
+    out: dict[str, Any] = {}
+    for field, given in value.items():
+        row = rows.get(field)
+        if row is None:
+            raise _bad(path, f"options name {field!r}, which is no option of slurmenv")
+        if given is None:
+            continue
+        where = f"options.{field} in the dump {path}"
+        if row.kind == FLAG:
+            if not isinstance(given, bool):
+                raise _bad(path, f"options.{field} is not true or false")
+            out[field] = given
+            continue
+        if row.kind == RANGE and isinstance(given, list) and len(given) == 2 and all(
+            map(_is_int, given)
+        ):
+            given = f"{given[0]}-{given[1]}"
+        elif _is_int(given):
+            given = str(given)
+        if not isinstance(given, str):
+            raise _bad(path, f"options.{field} is not a value of that option")
+        PARSERS[row.kind](given, where)  # refuses what the command line would refuse
+        out[field] = given
+    return out
+
+
 def load(path: str) -> Dump:
-    """Read a dump written by ``slurmenv dump``; SlurmEnvError if it is not one."""
-    fix = "pass a file written by 'slurmenv dump'"
+    """Read a dump written by ``slurmenv dump``; SlurmEnvError naming what is wrong if it is
+    not one, whatever the file holds (every field is checked before it is used)."""
+    from . import files
+
     try:
         if path == "-":
-            data = json.load(sys.stdin)
+            raw: bytes | None = sys.stdin.buffer.read(LOAD_LIMIT + 1)
+            if raw is not None and len(raw) > LOAD_LIMIT:
+                raise _bad(path, f"size is over {LOAD_LIMIT} bytes")
         else:
-            with open(path, encoding="utf-8") as handle:
-                data = json.load(handle)
-    except OSError as exc:
+            raw = files.read(path, "--from", LOAD_FIX, limit=LOAD_LIMIT)
+        if raw is None:
+            raise SlurmEnvError(
+                "cannot read the dump", variable="--from", value=path, fix=LOAD_FIX
+            )
+        data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise SlurmEnvError(
-            f"cannot read the dump: {exc.strerror}", variable="--from", value=path, fix=fix
-        ) from None
-    except ValueError as exc:
-        raise SlurmEnvError(
-            f"the dump is not JSON ({exc})", variable="--from", value=path, fix=fix
+            f"the dump is not JSON ({str(exc)[:200] or type(exc).__name__})", variable="--from",
+            value=path, fix=LOAD_FIX,
         ) from None
     if not isinstance(data, dict) or data.get(FORMAT_KEY) != FORMAT:
         raise SlurmEnvError(
-            f"not a slurmenv dump of format {FORMAT}", variable="--from", value=path, fix=fix
+            f"not a slurmenv dump of format {FORMAT}", variable="--from", value=path,
+            fix=LOAD_FIX,
         )
     environ = data.get("environ")
-    if not isinstance(environ, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in environ.items()
-    ):
-        raise SlurmEnvError(
-            "the dump's 'environ' is not a mapping of strings", variable="--from", value=path,
-            fix=fix,
-        )
+    if not isinstance(environ, dict):
+        raise _bad(path, "'environ' is not a mapping of strings")
+    environ = _strings(data, "environ", path)
     eph = data.get("ephemeral_range")
+    if eph is not None and not (
+        isinstance(eph, list) and len(eph) == 2 and all(map(_is_int, eph))
+        and 1 <= eph[0] <= eph[1] <= 65535
+    ):
+        raise _bad(path, "'ephemeral_range' is not [low, high] with ports 1-65535")
+    cpus = data.get("cpu_affinity")
+    if cpus is not None and not (_is_int(cpus) and 0 <= cpus <= 1 << 20):
+        raise _bad(path, "'cpu_affinity' is not a CPU count")
+    for key in ("resolution", "probe"):
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise _bad(path, f"'{key}' is not a mapping")
+    binary = _strings(data, "binary_files", path)
+    import base64
+    import binascii
+
+    for name, content in binary.items():
+        try:
+            base64.b64decode(content, validate=True)
+        except (binascii.Error, ValueError):
+            raise _bad(path, f"binary_files.{name} is not base64") from None
+    evidence = data.get("step_evidence")
+    if evidence is not None and not isinstance(evidence, str):
+        raise _bad(path, "'step_evidence' is not text")
     return Dump(
         path=path,
         environ=environ,
-        ephemeral_range=(int(eph[0]), int(eph[1])) if eph else None,
-        cpu_affinity=int(data["cpu_affinity"]) if data.get("cpu_affinity") else None,
-        options=dict(data.get("options") or {}),
-        files=dict(data.get("files") or {}),
-        binary_files=dict(data.get("binary_files") or {}),
+        ephemeral_range=(eph[0], eph[1]) if eph else None,
+        cpu_affinity=cpus or None,
+        options=_options(data, path),
+        files=_strings(data, "files", path),
+        binary_files=binary,
         recorded=data.get("resolution"),
         probe=data.get("probe"),
         hostname=str(data.get("hostname", "")),
         version=str(data.get("slurmenv_version", "?")),
         created=str(data.get("created", "?")),
-        step_evidence=str(data["step_evidence"]) if data.get("step_evidence") else None,
+        step_evidence=evidence or None,
     )
 
 
@@ -465,12 +575,27 @@ def build_parser() -> argparse.ArgumentParser:
         f"%%N host name (default {DEFAULT_OUTPUT.replace('%', '%%')})",
     )
     parser.add_argument(
+        "--force", action="store_true",
+        help="replace an existing file (never through a symbolic link)",
+    )
+    parser.add_argument(
         "--probe", action="store_true",
         help="also record the node facts doctor checks (DNS answer for the master, interfaces, "
         "listening ports, CPUs): one DNS lookup per task",
     )
     add_resolution_options(parser)
     return parser
+
+
+def write_new(path: str, text: str, force: bool = False) -> None:
+    """Write ``text`` to a new file ``path``: an existing file is refused (FileExistsError)
+    unless ``force``, and a symbolic link at ``path`` always (never followed to overwrite the
+    file it names)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    flags |= os.O_TRUNC if force else os.O_EXCL
+    fd = os.open(path, flags, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -483,10 +608,14 @@ def main(argv: Sequence[str]) -> int:
         return 0
     path = expand_output(args.output, os.environ, data["resolution"].get("summary"))
     try:
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        write_new(path, text, args.force)
+    except FileExistsError:
+        sys.stderr.write(f"slurmenv: error: {path} exists: give another -o, or --force to "
+                         "replace it\n")
+        return 1
     except OSError as exc:
-        sys.stderr.write(f"slurmenv: error: cannot write {path}: {exc.strerror}\n")
+        why = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
+        sys.stderr.write(f"slurmenv: error: cannot write {path}: {why}\n")
         return 1
     outcome = "error recorded" if "error" in data["resolution"] else "resolved"
     sys.stderr.write(f"slurmenv: wrote {path} ({outcome})\n")

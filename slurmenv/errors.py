@@ -52,6 +52,19 @@ def require(environ: Mapping[str, str], name: str, fix: str) -> str:
     return str(value)
 
 
+def printable(text: str) -> str:
+    """``text`` for a terminal: control characters (an escape sequence in a variable would
+    move the cursor, recolour or retitle the terminal) written as ``\\xNN``; newlines and
+    tabs kept. The one rule for every human-readable output (show, doctor, error messages)."""
+    if text.isprintable():
+        return text
+    return "".join(
+        char if char.isprintable() or char in "\n\t" else
+        (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+        for char in text
+    )
+
+
 #: The most digits a number slurmenv reads may have: every count, ID, rank and port Slurm and
 #: the launchers write fits (a 64-bit value has at most 20), and ``int()`` never meets Python's
 #: 4,300-digit limit or the quadratic cost below it.

@@ -275,10 +275,30 @@ def csh_quote(value: str, name: str = "value") -> str:
     return f"\"`printf '{text}'`\""
 
 
-def render_csh(values: Mapping[str, str]) -> str:
+def render_tcsh(values: Mapping[str, str]) -> str:
     return "".join(
         f"setenv {name} {csh_quote(value, name)};\n" for name, value in values.items()
     )
+
+
+#: The longest word BSD csh (Debian's ``csh`` package) takes: ``eval`` fails with "Word too
+#: long" past about 4,090 characters (measured: a TF_CONFIG of about 1 KB of JSON written as
+#: octal escapes). tcsh, which Debian installs as ``csh`` by default, has no such limit.
+CSH_WORD_MAX = 4000
+
+
+def render_csh(values: Mapping[str, str]) -> str:
+    """tcsh's lines, refused when a word is longer than BSD csh takes (:data:`CSH_WORD_MAX`)."""
+    for name, value in values.items():
+        if len(value) > CSH_WORD_MAX // 4 and len(csh_quote(value, name)) > CSH_WORD_MAX:
+            raise SlurmEnvError(
+                f"{name} is {len(value)} characters, written for csh as a word longer than "
+                f"the {CSH_WORD_MAX} characters BSD csh takes (eval fails with 'Word too long')",
+                variable=name, value=value,
+                fix="if your csh is tcsh (Debian's default csh), use --shell tcsh; else run "
+                "slurmenv exec -- COMMAND, or leave TF_CONFIG out with --for torch",
+            )
+    return render_tcsh(values)
 
 
 def render_json(values: Mapping[str, str]) -> str:
@@ -300,7 +320,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, str]], str]] = {
     "zsh": render_sh,
     "fish": render_fish,
     "csh": render_csh,
-    "tcsh": render_csh,
+    "tcsh": render_tcsh,
     "json": render_json,
     "dotenv": render_dotenv,
 }

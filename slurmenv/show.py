@@ -21,7 +21,7 @@ from typing import Any
 
 from . import gpus, tfconfig
 from .cli import add_resolution_options, print_error, resolve_from_args
-from .errors import SlurmEnvError, is_number
+from .errors import SlurmEnvError, is_number, printable
 from .resolution import Resolution
 
 #: How the GPU column was computed (see gpu_column).
@@ -359,10 +359,10 @@ def main(argv: Sequence[str]) -> int:
         if replay and not args.json:
             sys.stderr.write("\n".join(replay) + "\n")
         if args.one_line:
-            sys.stdout.write(one_line_error(exc, environ) + "\n")
+            sys.stdout.write(printable(one_line_error(exc, environ)) + "\n")
         print_error(exc)
         return 1
-    sys.stdout.write(text)
+    sys.stdout.write(text if args.json else printable(text))
     if replay and not args.json:
         # After the output: a replay's verdict is what a bug report needs to show.
         (sys.stderr if args.one_line else sys.stdout).write("\n".join(replay) + "\n")

@@ -416,8 +416,8 @@ def test_tf_config_is_refused_with_the_way_out(name: str) -> None:
 def test_dump_keeps_the_mpi_variables_redacted_and_replays(name: str) -> None:
     for r in launch(name):
         kept = dump.select(r["env"])
-        if "OMPI_MCA_orte_precondition_transports" in r["env"]:
-            assert kept["OMPI_MCA_orte_precondition_transports"] == base.REDACTED
+        # a credential is not among the variables slurmenv reads, so not even its name is kept
+        assert "OMPI_MCA_orte_precondition_transports" not in kept
         options = {"port": 29500} if "local" in name else {}
         assert resolve(kept, **options).env("torch") == resolve(r["env"], **options).env("torch")
 

@@ -7,14 +7,14 @@ error, the probed node facts) and asks the resolver's own rules (``gpus``, ``thr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import gpus, nodes, ports, tfconfig, threads
 from ..errors import SlurmEnvError, is_number, to_int
 from ..launchers import base, outside_step
 from .context import Context, from_error, ports_here, rank_addresses, resolve_for_doctor
-from .registry import FUNCTIONS, check
+from .registry import CHECKS, FUNCTIONS, check
 from .report import ERROR, OK, SKIPPED, WARNING, Check, Report
 from .rules import (
     ALL_PROXIES,
@@ -43,7 +43,28 @@ def diagnose(
     opts = dict(options or {})
     res, err = resolve_for_doctor(environ, opts)
     ctx = Context(environ, opts, res, err, ephemeral, facts, for_)
-    return Report(ctx.title(), [function(ctx) for function in FUNCTIONS], ctx.ifname())
+    names = list(CHECKS)
+    checks = [_run(name, function, ctx) for name, function in zip(names, FUNCTIONS)]
+    try:
+        ifname = ctx.ifname()
+    except Exception:  # noqa: BLE001 - malformed facts (an edited dump): no interface to name
+        ifname = None
+    return Report(ctx.title(), checks, ifname)
+
+
+def _run(name: str, function: Callable[[Context], Check], ctx: Context) -> Check:
+    """One check; one that fails on what it is given (a dump whose probe facts were edited)
+    is reported skipped with the reason, so the other checks are still shown."""
+    try:
+        return function(ctx)
+    except Exception as exc:  # noqa: BLE001 - facts from a file: any shape may come in
+        from .. import __version__
+
+        return Check(
+            name, SKIPPED, f"not checked: it failed on its input ({type(exc).__name__}: "
+            f"{str(exc)[:120]}); unless that input is an edited dump, this is a bug in "
+            f"slurmenv {__version__}: please report it on the slurmenv issue tracker",
+        )
 
 
 @check("step", "step")

@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from .._compat import NamedTuple
+from ..errors import printable
 from .registry import CHECKS
 
 OK, WARNING, ERROR, SKIPPED = "ok", "warning", "error", "skipped"
@@ -75,7 +76,7 @@ def format_report(
     """
     import textwrap
 
-    lines = [] if quiet else [f"slurmenv doctor: {report.title}"]
+    lines = [] if quiet else [printable(f"slurmenv doctor: {report.title}")]
     label_width = max(len(label) for label in CHECKS.values())
     indent = " " * (8 + 1 + label_width + 2)
 
@@ -95,11 +96,11 @@ def format_report(
             verdict = f"\033[{_COLOURS[check.verdict]}m{check.verdict}\033[0m" + " " * (
                 8 - len(check.verdict)
             )
-        add(f"{verdict} {CHECKS[check.name]:<{label_width}}  ", check.message)
+        add(f"{verdict} {CHECKS[check.name]:<{label_width}}  ", printable(check.message))
         if check.fix and check.verdict in (WARNING, ERROR):
-            add(indent, f"fix: {check.fix}")
+            add(indent, printable(f"fix: {check.fix}"))
     errors, warnings = report.errors, report.warnings
     summary = f"{errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)}"
-    prefix = f"slurmenv doctor: {report.title}: " if quiet else ""
+    prefix = printable(f"slurmenv doctor: {report.title}: ") if quiet else ""
     lines.append(f"{prefix}{summary}")
     return "\n".join(lines) + "\n"

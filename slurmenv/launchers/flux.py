@@ -33,7 +33,7 @@ VARIABLES = (
     "FLUX_TASK_RANK", "FLUX_TASK_LOCAL_ID", "FLUX_JOB_SIZE", "FLUX_JOB_NNODES", "FLUX_JOB_ID",
     "PMI_RANK", "PMI_SIZE", "PALS_RANKID", "PALS_NODEID", "PALS_APINFO", "PMI_CONTROL_PORT",
 )  # fmt: skip
-PREFIXES = ("FLUX_",)
+PREFIXES: tuple[str, ...] = ()  # every variable read is named in VARIABLES
 #: Set only in a task a Flux job shell started (local.py refuses the single-process default).
 TASK_VARIABLES = ("FLUX_TASK_RANK", "FLUX_TASK_LOCAL_ID")
 FIX = "run slurmenv inside a task that flux run/submit started; Flux sets this in every task"

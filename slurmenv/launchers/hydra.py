@@ -49,8 +49,7 @@ VARIABLES = (
     "SLURM_STEP_NUM_NODES", "SLURM_STEP_NUM_TASKS", "SLURM_NODEID", "SLURM_LOCALID",
     "SLURM_PROCID", "SLURM_STEP_RESV_PORTS",
 )  # fmt: skip
-#: dump records every PMI_* and MPI_LOCAL* (Hydra's and Intel MPI's).
-PREFIXES = ("PMI_", "MPI_LOCAL", "I_MPI_", "HYDRA_")
+PREFIXES: tuple[str, ...] = ()  # every variable read is named in VARIABLES
 #: Set only in a rank Hydra started; not I_MPI_*/HYDRA_* settings (local.py).
 TASK_VARIABLES = (*COUNTS, "PMI_FD", "PMI_JOBID", "HYDI_CONTROL_FD")
 WHO = "Hydra's mpiexec"

@@ -32,7 +32,7 @@ VARIABLES = (
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
     "OMPI_COMM_WORLD_LOCAL_SIZE",
 )  # fmt: skip
-PREFIXES = ("JSM_NAMESPACE_", "LSB_")
+PREFIXES: tuple[str, ...] = ()  # every variable read is named in VARIABLES
 #: Set only in a task jsrun started (local.py refuses the single-process default then).
 TASK_VARIABLES = ("JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_LOCAL_RANK",
                   "JSM_NAMESPACE_LOCAL_SIZE")

@@ -27,7 +27,7 @@ COUNTS = (
 )
 VARIABLES = (*COUNTS, "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_NUM_TASKS",
              "SLURM_STEP_NUM_NODES", "SLURM_LOCALID")
-PREFIXES = ("MV2_",)
+PREFIXES: tuple[str, ...] = ()  # every variable read is named in VARIABLES
 #: Set only in a rank mpirun_rsh started; not MV2_* settings (local.py).
 TASK_VARIABLES = COUNTS
 WHO = "MVAPICH2's mpirun_rsh"

@@ -66,7 +66,7 @@ VARIABLES = (
     "SLURM_STEP_NODELIST", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_PROCID",
 )  # fmt: skip
 #: dump records every OMPI_* and PMIX_* (OMPI_MCA_orte_precondition_transports is redacted).
-PREFIXES = ("OMPI_", "PMIX_")
+PREFIXES: tuple[str, ...] = ()  # every variable read is named in VARIABLES
 #: Set only in a rank Open MPI (or another PMIx launcher) started; not OMPI_MCA_* settings
 #: such as OMPI_MCA_btl, which users keep in their shell profiles (local.py).
 TASK_VARIABLES = (*COUNTS, "OMPI_COMM_WORLD_NODE_RANK", "OMPI_UNIVERSE_SIZE",

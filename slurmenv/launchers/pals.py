@@ -35,7 +35,7 @@ VARIABLES = (
     "PALS_APID", "PMI_RANK", "PMI_SIZE", "PMI_LOCAL_RANK", "PMI_LOCAL_SIZE", "PMI_CONTROL_PORT",
     "PBS_JOBID", "PBS_NODEFILE", "PBS_ENVIRONMENT",
 )  # fmt: skip
-PREFIXES = ("PALS_",)
+PREFIXES: tuple[str, ...] = ()  # every variable read is named in VARIABLES
 #: Set only in a rank PALS started (local.py refuses the single-process default then); PMI_*
 #: also by srun --mpi=pmi2 and Hydra, whose modules list them too.
 TASK_VARIABLES = ("PALS_RANKID", "PALS_NODEID", "PALS_LOCAL_RANKID", "PALS_LOCAL_SIZE",

@@ -23,7 +23,7 @@ VARIABLES = (
     MARKER, "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
     "NODE_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "NNODES", "TF_CONFIG", "HOSTNAME",
 )  # fmt: skip
-PREFIXES = ("TORCHELASTIC_",)
+PREFIXES: tuple[str, ...] = ()  # every variable read is named in VARIABLES
 #: Set only in a process torchrun started (local.py refuses the single-process default then).
 TASK_VARIABLES = (MARKER, "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
                   "ROLE_RANK", "ROLE_WORLD_SIZE")

@@ -1,0 +1,97 @@
+"""The command line never shows a traceback (issue 19): a bug prints the shell's failure line
+and a short message; encodings, closed pipes, empty or unrunnable commands, long csh words and
+escape sequences all give a clean answer."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import synth
+
+from slurmenv import SlurmEnvError, cli, render
+
+HOSTS = ["r1n09", "r1n10", "r2n09", "r2n10"]
+STEP = synth.step_env(HOSTS, [2, 2, 2, 2], 5)
+
+
+def run(args: list[str], env: dict[str, str], **kw: object) -> subprocess.CompletedProcess[str]:
+    full = {**synth.clean_env(), **env}
+    return subprocess.run([sys.executable, "-m", "slurmenv", *args], env=full,
+                          capture_output=True, text=True, timeout=60, check=False, **kw)  # type: ignore[call-overload]
+
+
+def test_a_bug_prints_the_failure_line_and_a_short_message(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken(args: object) -> int:
+        raise ZeroDivisionError("an internal slip")
+
+    monkeypatch.setitem(cli.COMMANDS, "export", broken)
+    monkeypatch.delenv("SLURMENV_DEBUG", raising=False)
+    assert cli.main(["export", "--shell", "bash"]) == 70
+    out, err = capsys.readouterr()
+    assert out == render.FAILURE["sh"]
+    assert "internal error: ZeroDivisionError: an internal slip" in err
+    assert "bug in slurmenv" in err and "issue tracker" in err and "Traceback" not in err
+    monkeypatch.setenv("SLURMENV_DEBUG", "1")
+    with pytest.raises(ZeroDivisionError):
+        cli.main(["export"])
+
+
+def test_an_ascii_locale_gets_utf8_values_and_escaped_messages() -> None:
+    env = {**STEP, "SLURMENV_ADDR_TEMPLATE": "{host}-ü", "PYTHONIOENCODING": "ascii"}
+    out = run(["export", "--for", "torch"], env)
+    assert out.returncode == 0, out.stderr
+    assert "export MASTER_ADDR='r1n09-ü';" in out.stdout
+    bad = run(["export"], {**STEP, "SLURM_GTIDS": "ü", "PYTHONIOENCODING": "ascii"})
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr and "\\xfc" in bad.stderr
+
+
+@pytest.mark.parametrize("shell", ["sh", "csh", "fish"])
+def test_a_closed_pipe_is_no_traceback(shell: str) -> None:
+    env = {**synth.clean_env(), **STEP, "PATH": os.environ["PATH"]}
+    proc = subprocess.run(
+        f"{sys.executable} -m slurmenv export --shell {shell} | head -c 1 >/dev/null",
+        shell=True, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+
+
+def test_exec_of_an_empty_command_is_a_usage_error() -> None:
+    out = run(["exec", "--", ""], STEP)
+    assert out.returncode == 2 and "exec needs a command" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_exec_exit_codes_follow_the_shell(tmp_path: pathlib.Path) -> None:
+    script = tmp_path / "not-executable"
+    script.write_text("#!/bin/sh\necho hi\n")
+    assert run(["exec", "--", str(script)], STEP).returncode == 126
+    assert run(["exec", "--", str(tmp_path / "absent")], STEP).returncode == 127
+    assert run(["exec", "--", str(tmp_path)], STEP).returncode == 126  # a directory
+
+
+def test_csh_refuses_a_word_bsd_csh_cannot_take() -> None:
+    """BSD csh's eval fails with 'Word too long' past about 4,090 characters (measured with
+    Debian's csh package); tcsh takes them."""
+    value = '{"w":"' + "x" * 5000 + '"}'
+    with pytest.raises(SlurmEnvError) as info:
+        render.render({"TF_CONFIG": value}, "csh")
+    assert info.value.variable == "TF_CONFIG" and "--shell tcsh" in str(info.value.fix)
+    assert "TF_CONFIG" in render.render({"TF_CONFIG": value}, "tcsh")
+    small = '{"w":"' + "x" * 900 + '"}'
+    assert len(render.csh_quote(small)) <= render.CSH_WORD_MAX
+    assert render.render({"TF_CONFIG": small}, "csh")
+
+
+def test_escape_sequences_reach_no_terminal_raw() -> None:
+    evil = "\x1b]0;owned\x07\x1b[2J"
+    show = run(["show"], {**STEP, "SLURM_JOB_NAME": evil, "SLURMENV_ADDR_TEMPLATE": "{host}" + evil})
+    doctor = run(["doctor"], {**STEP, "SLURMENV_ADDR_TEMPLATE": "{host}" + evil})
+    for out in (show, doctor):
+        assert "\x1b" not in out.stdout + out.stderr
+        assert "\\x1b" in out.stdout + out.stderr

@@ -1,0 +1,184 @@
+"""Dump and replay safety (issue 19): a dump never overwrites through a link or escapes its
+directory, records only what slurmenv reads, and a replay never reads the replaying machine's
+files and never shows a traceback, whatever the file holds."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+import synth
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slurmenv import SlurmEnvError, dump
+from slurmenv.cli import main
+from slurmenv.doctor import diagnose
+
+HOSTS = ["r1n09", "r1n10", "r2n09", "r2n10"]
+DUMPS = pathlib.Path(__file__).parent / "dumps"
+HEALTHY = json.loads((DUMPS / "healthy-rank5.json").read_text())
+
+
+def use_env(monkeypatch: pytest.MonkeyPatch, env: Mapping[str, str]) -> None:
+    keep = synth.clean_env()
+    for name in list(os.environ):
+        if name not in keep:
+            monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+
+# -- writing ---------------------------------------------------------------------------------
+def test_dump_refuses_an_existing_file_and_never_follows_a_link(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    use_env(monkeypatch, synth.step_env(HOSTS, [2, 2, 2, 2], 1))
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    link = tmp_path / "out.json"
+    link.symlink_to(victim)
+    assert main(["dump", "-o", str(link)]) == 1
+    assert "exists" in capsys.readouterr().err
+    assert main(["dump", "-o", str(link), "--force"]) == 1
+    assert "symbolic link" in capsys.readouterr().err
+    assert victim.read_text() == "precious"
+    plain = tmp_path / "plain.json"
+    plain.write_text("old")
+    assert main(["dump", "-o", str(plain)]) == 1
+    assert "--force" in capsys.readouterr().err and plain.read_text() == "old"
+    assert main(["dump", "-o", str(plain), "--force"]) == 0
+    assert json.loads(plain.read_text())["environ"]["SLURM_PROCID"] == "1"
+
+
+@pytest.mark.parametrize("name", ["SLURMD_NODENAME", "SLURM_JOB_ID", "SLURM_STEP_ID"])
+def test_a_name_pattern_stays_in_its_directory(name: str) -> None:
+    env = {"SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0",
+           "SLURM_PROCID": "0", name: "../../etc/x"}
+    path = dump.expand_output("out/%N-%j.%s.%t.json", env)
+    parts = pathlib.PurePath(path).parts
+    assert parts[0] == "out" and len(parts) == 2 and parts[1] not in (".", "..")
+    assert dump.expand_output("%N", {"SLURMD_NODENAME": ".."}) == "_"
+
+
+def test_a_dump_records_no_whole_families(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = {**synth.step_env(HOSTS, [2, 2, 2, 2], 1), "OMPI_MCA_btl": "tcp",
+           "PMIX_SERVER_URI41": "x", "I_MPI_PIN": "1", "HYDRA_HOST_FILE": "/h", "LSB_MCPU": "a",
+           "PALS_SPOOL_DIR": "/s", "PET_EXTRA": "1", "FLUX_URI": "local://x",
+           "TORCHELASTIC_ERROR_FILE": "/e", "MY_API_TOKEN": "secret"}
+    kept = dump.select(env)
+    assert not {"OMPI_MCA_btl", "PMIX_SERVER_URI41", "I_MPI_PIN", "HYDRA_HOST_FILE", "LSB_MCPU",
+                "PALS_SPOOL_DIR", "PET_EXTRA", "FLUX_URI", "TORCHELASTIC_ERROR_FILE",
+                "MY_API_TOKEN"} & set(kept)
+    assert kept["SLURM_PROCID"] == "1"
+
+
+# -- replaying -------------------------------------------------------------------------------
+def crafted(tmp_path: pathlib.Path, **changes: Any) -> str:
+    data = {**HEALTHY, **changes}
+    path = tmp_path / "crafted.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_a_replay_never_reads_a_local_file_the_dump_names(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REPLAY_SECRET_TOKEN", "hunter2")
+    environ = {**HEALTHY["environ"], "SLURM_DISTRIBUTION": "arbitrary",
+               "SLURM_HOSTFILE": "/proc/self/environ"}
+    path = crafted(tmp_path, environ=environ, files={}, binary_files={})
+    for command in (["show", "--from", path], ["show", "--from", path, "--json"],
+                    ["doctor", "--from", path]):
+        main(command)
+        out, err = capsys.readouterr()
+        assert "hunter2" not in out + err and "REPLAY_SECRET_TOKEN" not in out + err
+        assert "cannot be read here" in out + err or dump.NOT_RECORDED in out + err
+
+
+def test_a_recorded_host_file_is_still_replayed(tmp_path: pathlib.Path) -> None:
+    hosts = ["r1n10", "r1n10", "r1n09", "r1n09", "r2n09", "r2n09", "r2n10", "r2n10"]
+    environ = {**HEALTHY["environ"], "SLURM_DISTRIBUTION": "arbitrary",
+               "SLURM_HOSTFILE": "/gone/hosts"}
+    path = crafted(tmp_path, environ=environ, files={"SLURM_HOSTFILE": "\n".join(hosts)})
+    assert dump.load(path).resolve().master_addr == "r1n10"
+
+
+BAD_SHAPES: list[tuple[str, Any]] = [
+    ("cpu_affinity", "x"), ("cpu_affinity", -1), ("cpu_affinity", 1.5), ("cpu_affinity", True),
+    ("ephemeral_range", "x"), ("ephemeral_range", [1]), ("ephemeral_range", [5, 1]),
+    ("ephemeral_range", ["a", "b"]), ("ephemeral_range", [1, 99999]),
+    ("options", "x"), ("options", ["port"]), ("options", {"nope": 1}),
+    ("options", {"port": "x"}), ("options", {"port": [1]}), ("options", {"port_range": "9-1"}),
+    ("options", {"tf_chief": "yes"}), ("options", {"addr_template": "{host:>9}"}),
+    ("environ", []), ("environ", {"A": 1}), ("files", {"SLURM_HOSTFILE": 3}),
+    ("binary_files", {"PALS_APINFO": "%%%"}), ("resolution", [1]), ("probe", "x"),
+    ("step_evidence", 3), ("slurmenv_dump", 2),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), BAD_SHAPES)
+def test_a_malformed_dump_is_refused_naming_the_field(
+    tmp_path: pathlib.Path, field: str, value: Any
+) -> None:
+    with pytest.raises(SlurmEnvError) as info:
+        dump.load(crafted(tmp_path, **{field: value}))
+    assert info.value.variable == "--from" or str(info.value.variable).startswith("options.")
+
+
+@pytest.mark.parametrize(
+    "text", ['{"slurmenv_dump": NaN}', "[" * 100_000 + "]" * 100_000, "\xff\xfe", "",
+             '{"slurmenv_dump": 1, "environ": {"A": "1"}, "cpu_affinity": Infinity}'],
+)
+def test_text_that_is_no_dump_is_refused(tmp_path: pathlib.Path, text: str) -> None:
+    path = tmp_path / "x.json"
+    path.write_bytes(text.encode("utf-8", "surrogateescape") if text != "\xff\xfe" else b"\xff\xfe")
+    with pytest.raises(SlurmEnvError):
+        dump.load(str(path))
+
+
+def test_a_dump_path_that_is_not_a_regular_file_is_refused() -> None:
+    with pytest.raises(SlurmEnvError, match="not a regular file"):
+        dump.load("/dev/zero")
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 70000) | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                  max_size=3),
+    max_leaves=8,
+)
+FIELDS = ["environ", "ephemeral_range", "cpu_affinity", "options", "files", "binary_files",
+          "resolution", "probe", "step_evidence", "hostname", "created", "slurmenv_version"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(changes=st.dictionaries(st.sampled_from(FIELDS), JSON, min_size=1, max_size=3))
+def test_any_value_in_any_dump_field_replays_or_is_refused(
+    tmp_path: pathlib.Path, changes: dict[str, Any]
+) -> None:
+    path = crafted(tmp_path, **changes)
+    try:
+        loaded = dump.load(path)
+        loaded.replay()
+        with loaded.environment() as env:
+            report = diagnose(env, loaded.replay_options, ephemeral=loaded.ephemeral_range,
+                              facts=loaded.probe)
+        assert report.checks
+    except SlurmEnvError as exc:
+        assert exc.message
+
+
+def test_doctor_of_malformed_probe_facts_reports_the_check_skipped(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    probe = {key: "garbage" for key in (HEALTHY.get("probe") or {"cpus": 1})}
+    path = crafted(tmp_path, probe=probe)
+    main(["doctor", "--from", path])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err and "slurmenv doctor" in out
