@@ -18,7 +18,7 @@ from .options import Options
 from .resolution import OUTPUTS, Resolution
 
 __all__ = ["OUTPUTS", "Options", "Resolution", "SlurmEnvError", "__version__", "resolve"]
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 _AUTO = object()
 

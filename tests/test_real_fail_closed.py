@@ -113,3 +113,24 @@ WORLD_SIZE=$WORLD_SIZE'
 """
     res = slurm_cluster.sbatch(script, ["-N2", "-n4"], env=ENV, timeout=TIMEOUT)
     assert res.returncode == 0 and "RANK=0 WORLD_SIZE=1" in res.stdout, explain(res)
+
+
+# -- a partial environment inside srun tasks (issue 19) ---------------------------------------
+@pytest.mark.parametrize(
+    ("unset", "variable"),
+    [(["SLURM_JOB_ID", "SLURM_JOBID"], "SLURM_STEP_ID"),
+     (["SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID", "SLURM_STEPID"], "SLURM_PROCID")],
+    ids=["no-job-id", "no-job-or-step-id"],
+)
+def test_a_partial_step_environment_is_refused_naming_a_stray_variable(
+    slurm_cluster: SlurmCluster, unset: list[str], variable: str
+) -> None:
+    """A container that passes only part of a task's variables (here env -u): the Slurm
+    variables left behind refuse the single-process default, in the batch step's exemption
+    too, before any evidence from /proc is needed."""
+    dropped = [arg for name in unset for arg in ("-u", name)]
+    command = ["env", *dropped, "bash", "-c", f"eval $(slurmenv export --for torch); echo {GUARD}"]
+    res = slurm_cluster.srun(["-N2", "-n4"], command, env=ENV, timeout=TIMEOUT)
+    assert GUARD not in res.stdout and res.returncode != 0, explain(res)
+    assert res.stderr.count(f"variable: {variable}=") == 4, explain(res)
+    assert res.stderr.count("train alone") == 4, explain(res)

@@ -161,6 +161,7 @@ def resolve(
     from .. import derive
 
     module = detect(environ)
+    task = module.read(environ, options)  # the fallback refuses a stray launcher variable first
     if getattr(module, "FALLBACK", False):
         if step_evidence == FIND:
             from . import evidence
@@ -175,7 +176,6 @@ def resolve(
                 "--cleanenv, env -i): as a single process, every task would train alone",
                 variable="SLURM_JOB_ID", value=None, fix=SCRUBBED_FIX,
             )
-    task = module.read(environ, options)
     res = derive.resolution(task, environ, options, ephemeral, cpus)
     if task.launch_key is not None and task.rank == 0 and rivals is not None:
         from .. import rivals as rival_launches  # rank 0 of an mpirun only
