@@ -101,6 +101,7 @@ def resolution(
         topology=topology, tf_config=tf_config, bindings=bindings, gpus=gpus,
         gpu_source=gpu_source, fixed=task.fixed, origin=task.origin,
         origin_fix=task.origin_fix, label=task.label or task.launcher, in_worker=task.in_worker,
+        unknown=task.unknown,
     )
 
 
@@ -117,6 +118,13 @@ def check_inherited(task: Task, environ: Mapping[str, str]) -> list[str]:
         inherited = environ.get(name)
         if inherited is None or inherited == "" or name in task.fixed:
             continue
+        if name in task.unknown:  # it would stay in the task's environment, unchecked
+            raise SlurmEnvError(
+                f"{name}={inherited} is already set, and this task's own value cannot be known "
+                f"here ({task.sources.get(name, task.launcher)}), so it cannot be checked or "
+                "replaced", variable=name, value=inherited,
+                fix=f"unset {name} before starting the tasks and let slurmenv set the others",
+            )
         if inherited.strip() != str(mine[name]):
             raise SlurmEnvError(
                 f"{name}={inherited} is already set but this task's value is {mine[name]} "

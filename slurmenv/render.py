@@ -62,12 +62,15 @@ def env(res: Resolution, for_: str = "all") -> dict[str, str]:
         return pet_env(res)
     values = {
         "RANK": res.rank, "LOCAL_RANK": res.local_rank, "WORLD_SIZE": res.world_size,
-        "LOCAL_WORLD_SIZE": res.local_world_size, "NODE_RANK": res.node_rank,
-        "GROUP_RANK": res.node_rank, "NNODES": res.nnodes,
+        "LOCAL_WORLD_SIZE": res.local_world_size,
         "MASTER_ADDR": res.master_addr, "MASTER_PORT": res.master_port,
     }
+    if not res.unknown:
+        values.update(NODE_RANK=res.node_rank, GROUP_RANK=res.node_rank, NNODES=res.nnodes)
     out: dict[str, str] = {}
     for name in OUTPUTS[for_]:
+        if name in res.unknown:
+            continue  # not known here: left out (res.sources says why)
         if name in BINDING_NAMES:
             if name in res.bindings:
                 out[name] = res.bindings[name]

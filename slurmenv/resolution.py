@@ -22,6 +22,13 @@ ALWAYS_REPLACED = ("MASTER_ADDR", "TF_CONFIG", *GPU_NAMES)
 if TYPE_CHECKING:
     from typing import Any
 
+#: What to do when NODE_RANK or NNODES is needed but not known (an Open MPI 5 rank over
+#: several nodes): torch's env:// does not need them.
+UNKNOWN_FIX = (
+    "export only what env:// needs (slurmenv export --for torch leaves them out), or start the "
+    "tasks with srun (srun --mpi=pmi2 for MPI programs), which tells every task its node"
+)
+
 class Resolution:
     """What one task needs to join its distributed job (see ``slurmenv.resolve``).
 
@@ -37,6 +44,8 @@ class Resolution:
 
     __slots__ = (
         "_cache",
+        "_nnodes",
+        "_node_rank",
         "_topology",
         "bindings",
         "fixed",
@@ -51,8 +60,6 @@ class Resolution:
         "local_world_size",
         "master_addr",
         "master_port",
-        "nnodes",
-        "node_rank",
         "notes",
         "origin",
         "origin_fix",
@@ -60,6 +67,7 @@ class Resolution:
         "sources",
         "step_id",
         "tf_chief",
+        "unknown",
         "world_size",
     )
 
@@ -68,8 +76,9 @@ class Resolution:
     local_rank: int
     world_size: int
     local_world_size: int
-    node_rank: int
-    nnodes: int
+    _node_rank: int
+    _nnodes: int
+    unknown: tuple[str, ...]
     master_addr: str
     master_port: int
     hostname: str
@@ -117,10 +126,12 @@ class Resolution:
         origin_fix: str | None = None,
         label: str = "",
         in_worker: bool = False,
+        unknown: Sequence[str] = (),
     ) -> None:
         values = {
             "launcher": launcher, "rank": rank, "local_rank": local_rank, "world_size": world_size,
-            "local_world_size": local_world_size, "node_rank": node_rank, "nnodes": nnodes,
+            "local_world_size": local_world_size, "_node_rank": node_rank, "_nnodes": nnodes,
+            "unknown": tuple(unknown),
             "master_addr": master_addr, "master_port": master_port, "hostname": hostname,
             "job_id": job_id, "step_id": step_id, "sources": MappingProxyType(dict(sources or {})),
             "notes": tuple(notes), "tf_chief": tf_chief, "_topology": topology or Topology(),
@@ -144,6 +155,41 @@ class Resolution:
             f"Resolution(launcher={self.launcher!r}, rank={self.rank}, world_size={self.world_size}, "
             f"local_rank={self.local_rank}, master={self.master_addr}:{self.master_port})"
         )
+
+    @property
+    def node_rank(self) -> int:
+        """This task's node index (``NODE_RANK``); SlurmEnvError where the launcher does not
+        tell it (:attr:`unknown`)."""
+        self._known("NODE_RANK")
+        return self._node_rank
+
+    @property
+    def nnodes(self) -> int:
+        """How many nodes hold tasks (``NNODES``); SlurmEnvError where the launcher does not
+        tell it (:attr:`unknown`)."""
+        self._known("NNODES")
+        return self._nnodes
+
+    @property
+    def several_nodes(self) -> bool:
+        """Whether the tasks span more than one node (also where NNODES is not known: then
+        from the local count)."""
+        if "NNODES" in self.unknown:
+            return self.local_world_size < self.world_size
+        return self._nnodes > 1
+
+    def node_text(self) -> str:
+        """``node 2 of 4`` for messages, ``node ? of ?`` where they are not known."""
+        if self.unknown:
+            return "node ? of ? (not known under this launcher)"
+        return f"node {self._node_rank} of {self._nnodes}"
+
+    def _known(self, name: str) -> None:
+        if name in self.unknown:
+            raise SlurmEnvError(
+                f"{name} is not known here: {self.sources.get(name, self.launcher)}",
+                variable=name, value=None, fix=UNKNOWN_FIX,
+            )
 
     @property
     def is_chief(self) -> bool:
@@ -237,11 +283,12 @@ class Resolution:
         data: dict[str, Any] = {
             name: getattr(self, name)
             for name in (
-                "launcher", "rank", "local_rank", "world_size", "local_world_size", "node_rank",
-                "nnodes", "master_addr", "master_port", "hostname", "job_id", "step_id",
-                "is_chief",
+                "launcher", "rank", "local_rank", "world_size", "local_world_size",
+                "master_addr", "master_port", "hostname", "job_id", "step_id", "is_chief",
             )
         }
+        data["node_rank"] = None if "NODE_RANK" in self.unknown else self._node_rank
+        data["nnodes"] = None if "NNODES" in self.unknown else self._nnodes
         data["sources"] = dict(self.sources)
         data["notes"] = list(self.notes)
         data["bindings"] = dict(self.bindings)

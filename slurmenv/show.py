@@ -104,12 +104,13 @@ def gpu_column(res: Resolution, environ: Mapping[str, str]) -> tuple[list[str], 
     try:
         node_of = res.node_of
     except SlurmEnvError:
-        node_of = tuple(res.node_rank if r == res.rank else -1 for r in range(res.world_size))
+        mine = -2 if "NODE_RANK" in res.unknown else res.node_rank
+        node_of = tuple(mine if r == res.rank else -1 for r in range(res.world_size))
     out = []
     for rank, node in enumerate(node_of):
         if rank == res.rank:
             out.append(own)
-        elif node == res.node_rank:
+        elif node == node_of[res.rank]:
             out.append(own if shared else "?")
         else:
             out.append(elsewhere)
@@ -228,6 +229,7 @@ def one_line(res: Resolution, environ: Mapping[str, str]) -> str:
     fields = [
         f"rank={res.rank:0{_width(res.world_size)}d}/{res.world_size}",
         f"node={hostname:<{host_width}}",
+        "node_rank=?/?" if res.unknown else
         f"node_rank={res.node_rank:0{_width(res.nnodes)}d}/{res.nnodes}",
         f"local_rank={res.local_rank:0{_width(local_max)}d}/{res.local_world_size}",
         f"master={res.master_addr}:{res.master_port}",

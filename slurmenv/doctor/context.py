@@ -136,7 +136,7 @@ class Context:
         if not route or not route.get("interface"):
             return None
         name = str(route["interface"])
-        if name == "lo" and self.res is not None and self.res.nnodes > 1:
+        if name == "lo" and self.res is not None and self.res.several_nodes:
             return None
         return socket_ifname(name, (self.facts or {}).get("interfaces", {}))
 

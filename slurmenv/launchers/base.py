@@ -222,6 +222,10 @@ class Task(NamedTuple):
     #: ``port_seed``'s launch ID) and rank 0 refuses a MASTER_PORT that another live launch's
     #: rank 0 on its node also resolves to (``rivals.py``).
     launch_key: tuple[str, str] | None = None
+    #: Outputs no variable here tells (``NODE_RANK``, ``GROUP_RANK``, ``NNODES`` of an Open MPI
+    #: 5 rank over several nodes): never exported, ``sources`` says why, and reading them from
+    #: the Resolution raises SlurmEnvError (torchrun, Lightning need them and refuse).
+    unknown: tuple[str, ...] = ()
 
 
 # -- credentials -----------------------------------------------------------------------------

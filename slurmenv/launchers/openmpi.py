@@ -35,10 +35,17 @@ own block (so never a port of the job's ``srun`` steps), and rank 0 refuses a po
 ``--port`` is required. The daemon step's ``SLURM_STEP_RESV_PORTS`` are not used: the ranks on
 ``mpirun``'s node do not see them.
 
-Open MPI 5.x (``prterun``) is supported through the documented variables only
-(``OMPI_COMM_WORLD_*``, ``PMIX_NAMESPACE``): it is not installed here. Without the 4.x
-``OMPI_MCA_orte_*`` variables the node count of a launch over several nodes is unknown, and
-such a launch is refused.
+**Open MPI 5** (PRRTE's ``prterun``; observed with the 5.0.11 wheel, ``tests/fixtures/mpi/
+openmpi5_*.json``): the ranks carry ``OMPI_COMM_WORLD_*``, ``PMIX_NAMESPACE`` (the launch key),
+``PMIX_HOSTNAME`` and ``PMIX_SERVER_URI*`` = ``<namespace>@0.<vpid>;…``, the vpid of the daemon
+serving the rank: 0 is ``mpirun``, daemon ``k`` of the daemon step is ``SLURM_NODEID + 1``. No
+``OMPI_MCA_orte_*``: nothing tells how many nodes hold ranks (PRRTE starts a daemon on every
+node of the allocation or ``--host`` list, ranks or not; ``OMPI_COMM_WORLD_NODE_RANK`` is the
+rank among its node's processes, ``OMPI_UNIVERSE_SIZE`` the slots). So over several nodes
+``NODE_RANK``, ``GROUP_RANK`` and ``NNODES`` are left out (never guessed; torch's ``env://``
+does not need them), ``TF_CONFIG`` and torchrun's options are refused, and everything else is
+resolved as for 4.x. The daemon vpid must match the daemon step's node index, and be 0 on
+``mpirun``'s node: an ``srun`` started inside a rank is refused as a leak.
 """
 
 from __future__ import annotations
@@ -102,8 +109,11 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
     job = mpi.job_id(environ)
     hnp = environ.get("OMPI_MCA_orte_hnp_uri")
     daemon_uri = environ.get("OMPI_MCA_orte_local_daemon_uri")
-    # True: mpirun started this rank itself, on its own node; None: 5.x, cannot tell.
-    by_mpirun = None if not (hnp and daemon_uri) else hnp == daemon_uri
+    vpid = daemon_vpid(environ)
+    # True: mpirun started this rank itself, on its own node (4.x: the daemon URI is mpirun's;
+    # 5.x: the PMIx server of this rank is daemon 0, mpirun); None: cannot tell.
+    by_mpirun = (hnp == daemon_uri) if (hnp and daemon_uri) else (
+        None if vpid is None else vpid == 0)
     sources = counts.sources()
     notes: list[str] = []
     launch = _launch_id(environ)
@@ -153,13 +163,19 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
         node_rank, nnodes = 0, 1
         node_source = counts.one_node_source
     elif job is None:
+        # over several nodes outside Slurm: rank 0's address and the port must be given
+        # (--master-addr, --port, the same in every rank); the node values are not told
         master = mpi.Master(None, "outside a Slurm job no variable tells which node holds rank 0 "
                             "(Open MPI's ranks only know their own place)")
-        raise _unknown_nodes(counts, master, "outside a Slurm job")
+        node_rank, nnodes, node_source = 0, 0, NOT_TOLD
     else:
         master, node_rank, nnodes, node_source = _in_job(environ, counts, step, by_mpirun, node)
+    unknown: tuple[str, ...] = ()
     sources["NODE_RANK"] = sources["GROUP_RANK"] = node_source
     sources["NNODES"] = node_source if counts.one_node else _nnodes_source(environ)
+    if nnodes == 0:  # Open MPI 5 over several nodes: no variable tells them (module docstring)
+        unknown = ("NODE_RANK", "GROUP_RANK", "NNODES")
+        sources["NODE_RANK"] = sources["GROUP_RANK"] = sources["NNODES"] = NOT_TOLD
     return Task(
         launcher=NAME, rank=counts.rank, local_rank=counts.local_rank, world_size=counts.size,
         local_world_size=counts.local_size, node_rank=node_rank, nnodes=nnodes,
@@ -169,12 +185,75 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
         step_id=step.id if step else None, own_bindings=False,
         notes=tuple(notes),
         origin=origin, label=f"Open MPI job {job or '-'}",
-        launch_key=launch[2] if launch else None,
+        launch_key=launch[2] if launch else None, unknown=unknown,
     )
+
+
+#: Why NODE_RANK and NNODES are left out under Open MPI 5 over several nodes.
+NOT_TOLD = (
+    "not told by Open MPI 5: its ranks carry no node count (4.x's OMPI_MCA_orte_num_nodes is "
+    "gone) and PRRTE starts daemons on nodes that may hold no rank, so neither can be counted "
+    "without a guess; torch's env:// does not need them"
+)
+
+
+def daemon_vpid(environ: Mapping[str, str]) -> int | None:
+    """Open MPI 5: the vpid of the PRRTE daemon whose PMIx server this rank talks to, from
+    ``PMIX_SERVER_URI*`` (``<namespace>@0.<vpid>;tcp4://…``): 0 is ``mpirun`` itself, daemon
+    ``k`` of the daemon step is ``SLURM_NODEID + 1`` (observed, tests/fixtures/mpi/). None when
+    absent or malformed."""
+    from ..errors import to_int
+
+    for name in ("PMIX_SERVER_URI41", "PMIX_SERVER_URI4", "PMIX_SERVER_URI3", "PMIX_SERVER_URI21",
+                 "PMIX_SERVER_URI2"):
+        uri = environ.get(name)
+        if uri:
+            rank = uri.partition(";")[0].rpartition("@")[2]
+            return to_int(rank.partition(".")[2]) if rank.startswith("0.") else None
+    return None
 
 
 def _nnodes_source(environ: Mapping[str, str]) -> str:
     return f"OMPI_MCA_orte_num_nodes={environ.get('OMPI_MCA_orte_num_nodes')} (nodes holding ranks)"
+
+
+def _version5(
+    environ: Mapping[str, str],
+    counts: mpi.Counts,
+    step: mpi.Step | None,
+    by_mpirun: bool | None,
+    master: mpi.Master,
+    here: bool | None,
+    where: str,
+) -> tuple[mpi.Master, int, int, str]:
+    """Open MPI 5 over several nodes inside a Slurm job: rank 0's node is proven as for 4.x;
+    NODE_RANK and NNODES are not told (returned as 0, 0: ``read`` marks them unknown). The
+    daemon vpid must be this rank's daemon step index + 1, else the Slurm variables are those
+    of another step (an srun started inside a rank) and are refused."""
+    vpid = daemon_vpid(environ)
+    if vpid is None:
+        raise SlurmEnvError(
+            "this Open MPI rank carries neither OMPI_MCA_orte_num_nodes (4.x) nor a "
+            "PMIX_SERVER_URI naming its daemon (5.x)",
+            variable="PMIX_SERVER_URI41", value=None,
+            fix="run slurmenv in the rank mpirun started, with the variables Open MPI set "
+            "(a container must pass OMPI_* and PMIX_* through)",
+        )
+    if here is False and not by_mpirun:
+        if step is None or vpid != step.node_index + 1:
+            raise mpi.refuse_leak(
+                environ, counts, WHO,
+                f"is not Open MPI's daemon step: this rank's daemon is vpid {vpid} "
+                f"(PMIX_SERVER_URI), but {'no step' if step is None else f'SLURM_NODEID={step.node_index}'}"
+                " would make it daemon " + ("?" if step is None else str(step.node_index + 1)),
+            )
+    elif here and not by_mpirun and vpid != 0:
+        raise mpi.refuse_leak(
+            environ, counts, WHO,
+            f"says this rank runs on mpirun's node ({where}), but its daemon is vpid {vpid}, "
+            "not mpirun (vpid 0)",
+        )
+    return master, 0, 0, NOT_TOLD
 
 
 def _unknown_nodes(counts: mpi.Counts, master: mpi.Master, where: str) -> SlurmEnvError:
@@ -214,7 +293,7 @@ def _in_job(
     )
     num = environ.get("OMPI_MCA_orte_num_nodes")
     if not num:
-        raise _unknown_nodes(counts, master, "(Open MPI 5.x sets no OMPI_MCA_orte_num_nodes)")
+        return _version5(environ, counts, step, by_mpirun, master, here, where)
     nnodes = parse_int("OMPI_MCA_orte_num_nodes", num, minimum=1)
     if here:
         node_rank, source = 0, f"0: this rank runs on {first}, the node of rank 0 ({where})"
