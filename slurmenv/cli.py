@@ -21,9 +21,8 @@ if TYPE_CHECKING:
 
 #: The command-line options of every command besides the options table's (see options.Arg).
 FOR: Arg = ("--for", {
-    "dest": "for_", "default": "all", "choices": tuple(sorted(OUTPUTS)),
-    "help": "which variables: torch (RANK, ..., MASTER_PORT), tf (TF_CONFIG), all (default: "
-    "torch and tf) or torchrun (PET_NNODES, ...: options of one plain torchrun per node)",
+    "dest": "for_", "default": None, "choices": tuple(sorted(OUTPUTS)),
+    "help": options.FOR_HELP + f" (also {options.FOR_VARIABLE})",
 })
 SHELL: Arg = ("--shell", {"dest": "shell", "default": None, "choices": SHELLS,
                           "help": "shell syntax (default sh)"})
@@ -97,7 +96,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         usage_error("give --shell or --format, not both")
     fmt = args.format or args.shell or "sh"
     try:
-        values = resolve_from_args(args).env(args.for_)
+        values = resolve_from_args(args).env(options.outputs(os.environ, args.for_))
         text = render.render(values, fmt)  # csh refuses a value with a newline
     except SlurmEnvError as exc:
         print_error(exc)
@@ -127,7 +126,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if not argv or not argv[0]:
         usage_error("exec needs a command: slurmenv exec -- python train.py")
     try:
-        values = resolve_from_args(args).env(args.for_)
+        values = resolve_from_args(args).env(options.outputs(os.environ, args.for_))
     except SlurmEnvError as exc:
         print_error(exc)
         return 1

@@ -347,6 +347,33 @@ REGENERATE = ("python -c 'from slurmenv.options import markdown; print(markdown(
               "> docs/options.md")
 
 
+# -- the output set (what --for chooses) ------------------------------------------------------
+#: The variable that chooses the set of outputs, as ``--for`` does: how a choice made once in
+#: the batch script reaches every task, and the only way to choose it for the task prolog.
+FOR_VARIABLE = "SLURMENV_FOR"
+#: The sets (``render.OUTPUTS``; tests/test_options.py checks they agree).
+OUTPUT_SETS = ("all", "tf", "torch", "torchrun")
+FOR_HELP = (
+    "which variables: torch (RANK, ..., MASTER_PORT), tf (TF_CONFIG), all (default: torch and "
+    "tf) or torchrun (PET_NNODES, ...: options of one plain torchrun per node)"
+)
+
+
+def outputs(environ: Mapping[str, str], given: str | None = None) -> str:
+    """The set of outputs: ``--for`` (``given``) wins, else ``SLURMENV_FOR``, else ``all``."""
+    if given:
+        return given
+    text = environ.get(FOR_VARIABLE, "").strip()
+    if not text:
+        return "all"
+    if text not in OUTPUT_SETS:
+        raise SlurmEnvError(
+            f"{FOR_VARIABLE} is not a set of outputs", variable=FOR_VARIABLE, value=text,
+            fix=f"use one of {', '.join(OUTPUT_SETS)} (what --for takes), or unset it for all",
+        )
+    return text
+
+
 def markdown() -> str:
     """``docs/options.md``: the table as a page (a test keeps the file equal to this)."""
     lines = [
@@ -372,6 +399,9 @@ def markdown() -> str:
         meaning += " (*torchrun*)" if row.torchrun else ""
         meaning = meaning.replace("|", "\\|")
         lines.append(f"| {flag} | `{row.variable}` | {default_text(row)} | {meaning} |")
+    lines.append(f"| `--for SET` | `{FOR_VARIABLE}` | all | {FOR_HELP} (export, exec, show, "
+                 "doctor and the task prolog; not a keyword of `resolve()`: pass it to "
+                 "`Resolution.env(for_)`) |")
     lines += ["", "Python: `slurmenv.resolve(" + ", ".join(
         f"{row.field}=..." for row in TABLE) + ")`.", ""]
     return "\n".join(lines)

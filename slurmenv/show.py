@@ -19,7 +19,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import gpus, tfconfig
+from . import gpus, options, tfconfig
 from .cli import add_resolution_options, print_error, resolve_from_args
 from .errors import SlurmEnvError, is_number, printable
 from .resolution import Resolution
@@ -347,7 +347,7 @@ def main(argv: Sequence[str]) -> int:
             text = json.dumps(table, indent=1) + "\n" if args.json else format_table(table)
         elif args.json:
             data = res.to_dict()
-            data["env"], unknown = known_env(res, args.for_)
+            data["env"], unknown = known_env(res, options.outputs(environ, args.for_))
             if unknown:
                 data["unknown"] = {
                     name: {"error": exc.message, "fix": exc.fix} for name, exc in unknown.items()
@@ -356,7 +356,7 @@ def main(argv: Sequence[str]) -> int:
                 data["replay"] = replay_json
             text = json.dumps(data, indent=1) + "\n"
         else:
-            text = _own_task(res, *known_env(res, args.for_))
+            text = _own_task(res, *known_env(res, options.outputs(environ, args.for_)))
     except SlurmEnvError as exc:
         if replay and not args.json:
             sys.stderr.write("\n".join(replay) + "\n")

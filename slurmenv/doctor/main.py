@@ -6,7 +6,7 @@ import argparse
 import os
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ..errors import SlurmEnvError
 from .checks import diagnose
@@ -49,6 +49,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _outputs(environ: Mapping[str, str], given: str | None) -> str:
+    """The output set to check; an invalid SLURMENV_FOR is checked as 'all' (the options check
+    reports it)."""
+    from ..options import outputs
+
+    try:
+        return outputs(environ, given)
+    except SlurmEnvError:
+        return "all"
+
+
 def main(argv: Sequence[str]) -> int:
     """``slurmenv doctor``; returns 1 when any check gives an error, else 0."""
     from .. import ports
@@ -67,14 +78,15 @@ def main(argv: Sequence[str]) -> int:
         with loaded.environment() as env:
             report = diagnose(
                 env, merged, ephemeral=loaded.ephemeral_range, facts=loaded.probe,
-                for_=args.for_,
+                for_=_outputs(env, args.for_),
             )
         report = report._replace(title=f"{report.title} [replayed from {args.from_file}]")
     else:
         res, _ = resolve_for_doctor(os.environ, options)
         facts = probe(os.environ, options, res)
         report = diagnose(
-            os.environ, options, ephemeral=ports.ephemeral_range(), facts=facts, for_=args.for_
+            os.environ, options, ephemeral=ports.ephemeral_range(), facts=facts,
+            for_=_outputs(os.environ, args.for_),
         )
     status = 1 if report.errors else 0
     if args.export_ifname:
