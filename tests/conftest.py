@@ -26,7 +26,7 @@ from slurm_harness import SlurmCluster, SlurmUnavailable
 GPU_NODES = ("g1n1", "g1n2")
 GPUS_PER_NODE = 4
 REQUIRE_VAR = "SLURMENV_REQUIRE_CLUSTER"
-CLUSTER_FIXTURES = ("slurm_cluster", "slurm_gpu_cluster")
+CLUSTER_FIXTURES = ("slurm_cluster", "slurm_gpu_cluster", "slurm_prolog_cluster")
 SKIPPED_IN_CI = "skipped, a failure in CI"
 
 
@@ -142,6 +142,18 @@ def _start(cluster: SlurmCluster) -> Iterator[SlurmCluster]:
 def slurm_cluster() -> Iterator[SlurmCluster]:
     """Four nodes r1n09 r1n10 r2n09 r2n10 (= r1n[09-10],r2n[09-10]), 8 CPUs each."""
     yield from _start(SlurmCluster())
+
+
+@pytest.fixture(scope="session")
+def slurm_prolog_cluster() -> Iterator[SlurmCluster]:
+    """Three nodes whose slurm.conf runs slurmenv's site-wide task prolog for every task
+    (``TaskProlog=`` the installed ``slurmenv-site-prolog``); started only when requested."""
+    import sys
+    from pathlib import Path
+
+    prolog = Path(sys.executable).parent / "slurmenv-site-prolog"
+    yield from _start(SlurmCluster(nodes=("r1n09", "r1n10", "r2n09"),
+                                   extra_conf=f"TaskProlog={prolog}"))
 
 
 @pytest.fixture(scope="session")

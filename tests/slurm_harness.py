@@ -198,6 +198,7 @@ class SlurmCluster:
         cpus_per_node: int = 8,
         gpus_per_node: int = 0,
         start_timeout: float = 60.0,
+        extra_conf: str = "",
     ) -> None:
         if not 0 < len(nodes) <= 250:  # addresses .2 to .251
             raise ValueError("between 1 and 250 nodes fit the /24 subnet")
@@ -205,6 +206,7 @@ class SlurmCluster:
         self.cpus_per_node = cpus_per_node
         self.gpus_per_node = gpus_per_node
         self.start_timeout = start_timeout
+        self.extra_conf = extra_conf  # slurm.conf lines, e.g. "TaskProlog=/path"
         self.prefix = f"se{os.getpid()}x{next(_counter)}"
         self.ctl_ns = f"{self.prefix}c"
         self.node_ns = {node: f"{self.prefix}n{i}" for i, node in enumerate(nodes)}
@@ -391,6 +393,7 @@ SchedulerParameters=bf_interval=1
 # salloc without a command starts an interactive step (SLURM_STEP_ID=4294967290)
 LaunchParameters=use_interactive_step
 GresTypes=gpu
+{self.extra_conf}
 {node_lines}\
 PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """)
