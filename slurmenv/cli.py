@@ -220,6 +220,13 @@ def _run(argv: list[str]) -> int:
     args = _fast_args(argv)
     if args is not None:
         return COMMANDS[args.command](args)
+    if argv and not argv[0].startswith("-") and argv[0] not in (*COMMANDS, *EXTERNAL):
+        import difflib
+
+        close = difflib.get_close_matches(argv[0], [*COMMANDS, *EXTERNAL], n=1, cutoff=0.6)
+        usage_error(f"unknown command {argv[0]!r}"
+                    + (f": did you mean '{close[0]}'?" if close else "")
+                    + " (commands: export, exec, show, doctor, dump, torchrun, help)")
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -534,3 +534,24 @@ def test_open_mpi_5_launches_draw_their_port_from_pmix_namespace() -> None:
     assert len(seeds) == 1
     (seed,) = seeds
     assert seed is not None and seed[2][0] == "PMIX_NAMESPACE"
+
+
+def test_open_mpi_5_local_ranks_need_not_follow_rank_order() -> None:
+    """Observed with the 5.0.11 wheel (``mpirun --oversubscribe -np 3`` on one machine): ranks
+    0, 1, 2 got the local ranks 0, 2, 1. Open MPI 5's local rank is a unique index on the node,
+    not the count of lower ranks there, and is exported as it is."""
+    base_env = {k: v for k, v in launch("openmpi5_default")[0]["env"].items()
+                if not k.startswith("SLURM")}
+    got = {}
+    for rank, local in ((0, 0), (1, 2), (2, 1)):
+        env = {**base_env, "OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": "3",
+               "OMPI_COMM_WORLD_LOCAL_RANK": str(local), "OMPI_COMM_WORLD_LOCAL_SIZE": "3",
+               "PMIX_RANK": str(rank)}
+        out = resolve(env, port=29500).env("torch")
+        got[rank] = (out["LOCAL_RANK"], out["NNODES"], out["MASTER_ADDR"])
+    assert got == {0: ("0", "1", "127.0.0.1"), 1: ("2", "1", "127.0.0.1"),
+                   2: ("1", "1", "127.0.0.1")}
+    # Open MPI 4 numbers them in rank order: the same would be refused there
+    four = {k: v for k, v in launch("openmpi_local")[1]["env"].items()}
+    four.update({"OMPI_COMM_WORLD_LOCAL_RANK": "3", "OMPI_COMM_WORLD_RANK": "1"})
+    assert refusal(four, port=29500).variable == "OMPI_COMM_WORLD_LOCAL_RANK"

@@ -44,7 +44,7 @@ def run(
 
 def test_torch_init_process_group_on_two_nodes(slurm_cluster: SlurmCluster) -> None:
     pytest.importorskip("torch")
-    out = run(slurm_cluster, ["-N2", "--ntasks-per-node=2"], "fw_torch_allreduce.py")
+    out = run(slurm_cluster, ["-N2", "-w", "r1n[09-10]", "--ntasks-per-node=2"], "fw_torch_allreduce.py")
     assert sorted(out) == [0, 1, 2, 3]
     for task, result in out.items():
         assert (result["rank"], result["world_size"], result["backend"]) == (task, 4, "gloo")
@@ -55,7 +55,7 @@ def test_torch_init_process_group_on_two_nodes(slurm_cluster: SlurmCluster) -> N
 
 def test_tf_cluster_resolver_on_two_nodes(slurm_cluster: SlurmCluster) -> None:
     pytest.importorskip("tensorflow")
-    out = run(slurm_cluster, ["-N2", "--ntasks-per-node=1"], "fw_tf_mwms.py")
+    out = run(slurm_cluster, ["-N2", "-w", "r1n[09-10]", "--ntasks-per-node=1"], "fw_tf_mwms.py")
     assert sorted(out) == [0, 1]
     for task, result in out.items():
         assert (result["task_type"], result["task_id"]) == ("worker", task)
@@ -65,7 +65,7 @@ def test_tf_cluster_resolver_on_two_nodes(slurm_cluster: SlurmCluster) -> None:
 
 def test_jax_initialize_on_two_nodes(slurm_cluster: SlurmCluster) -> None:
     pytest.importorskip("jax")
-    out = run(slurm_cluster, ["-N2", "--ntasks-per-node=1"], "fw_jax_init.py")
+    out = run(slurm_cluster, ["-N2", "-w", "r1n[09-10]", "--ntasks-per-node=1"], "fw_jax_init.py")
     assert sorted(out) == [0, 1]
     addresses = {r["args"]["coordinator_address"] for r in out.values()}
     assert len(addresses) == 1 and addresses.pop().startswith("r1n09:")
@@ -77,7 +77,7 @@ def test_jax_initialize_on_two_nodes(slurm_cluster: SlurmCluster) -> None:
 def test_jax_several_tasks_per_node_cyclic(slurm_cluster: SlurmCluster) -> None:
     """-N2 -n3 -m cyclic: ranks 0 and 2 on r1n09, rank 1 on r1n10 (uneven and cyclic)."""
     pytest.importorskip("jax")
-    out = run(slurm_cluster, ["-N2", "-n3", "-m", "cyclic"], "fw_jax_init.py")
+    out = run(slurm_cluster, ["-N2", "-w", "r1n[09-10]", "-n3", "-m", "cyclic"], "fw_jax_init.py")
     assert sorted(out) == [0, 1, 2]
     addresses = {r["args"]["coordinator_address"] for r in out.values()}
     assert len(addresses) == 1 and addresses.pop().startswith("r1n09:")
@@ -90,7 +90,7 @@ def test_jax_several_tasks_per_node_cyclic(slurm_cluster: SlurmCluster) -> None:
 def test_accelerate_through_export_cyclic(slurm_cluster: SlurmCluster) -> None:
     """Accelerator(cpu=True) reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_* as exported."""
     pytest.importorskip("accelerate")
-    out = run(slurm_cluster, ["-N2", "-n3", "-m", "cyclic"], "fw_accelerate.py", exported=True)
+    out = run(slurm_cluster, ["-N2", "-w", "r1n[09-10]", "-n3", "-m", "cyclic"], "fw_accelerate.py", exported=True)
     assert sorted(out) == [0, 1, 2]
     hosts = {0: "r1n09", 1: "r1n10", 2: "r1n09"}
     for task, result in out.items():
@@ -104,7 +104,7 @@ def test_accelerate_through_export_cyclic(slurm_cluster: SlurmCluster) -> None:
 def test_deepspeed_init_distributed_through_export_cyclic(slurm_cluster: SlurmCluster) -> None:
     """deepspeed.init_distributed(dist_backend="gloo") on CPU reads the exported variables."""
     pytest.importorskip("deepspeed")
-    out = run(slurm_cluster, ["-N2", "-n3", "-m", "cyclic"], "fw_deepspeed.py", exported=True)
+    out = run(slurm_cluster, ["-N2", "-w", "r1n[09-10]", "-n3", "-m", "cyclic"], "fw_deepspeed.py", exported=True)
     assert sorted(out) == [0, 1, 2]
     for task, result in out.items():
         assert (result["rank"], result["world_size"], result["backend"]) == (task, 3, "gloo")

@@ -10,6 +10,7 @@ really ran on. Two launches of one build at the same time get different ports an
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,29 @@ def test_two_concurrent_launches_of_a_build(
         rank0 = next(rec for rec in checks if rec["rank"] == 0)
         assert rank0["met"] == ["a", "b"], explain(res)
         assert {rec["env"]["MASTER_ADDR"] for rec in checks} == {rank0["host"]}, explain(res)
+
+
+def test_open_mpi_5_outside_slurm_on_one_machine_needs_a_port(slurm_cluster: SlurmCluster) -> None:
+    """In the controller's namespace (no Slurm job, one machine): refused without a port,
+    trains with one; the node values are told there (every rank on one node)."""
+    why = mpi_builds.missing("openmpi5")
+    if why is not None:
+        pytest.skip(why)
+    env = {**mpi_builds.environ("openmpi5"), "OMPI_ALLOW_RUN_AS_ROOT": "1",
+           "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    mpirun = ["mpirun", "--oversubscribe", "-np", "3"]
+    refused = slurm_cluster.run([*mpirun, "slurmenv", "exec", "--for", "torch", "--", "true"],
+                                env=env, timeout=TIMEOUT)
+    assert refused.returncode != 0, refused.stdout + refused.stderr
+    assert "MASTER_PORT cannot be derived" in refused.stderr and "--port" in refused.stderr
+    ok = slurm_cluster.run([*mpirun, "-x", "SLURMENV_PORT=23457", "slurmenv", "exec", "--for",
+                            "torch", "--", PYTHON, str(CHECK_TORCH)], env=env, timeout=TIMEOUT)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    checks = [json.loads(line[6:]) for line in ok.stdout.splitlines() if line.startswith("CHECK ")]
+    assert sorted(rec["rank"] for rec in checks) == [0, 1, 2], ok.stdout
+    for rec in checks:
+        assert rec["sum"] == 6 and rec["env"]["MASTER_ADDR"] == "127.0.0.1"
+        assert rec["env"]["MASTER_PORT"] == "23457" and rec["env"]["NNODES"] == "1"
 
 
 def test_the_builds_are_the_ones_named(slurm_cluster: SlurmCluster) -> None:

@@ -87,8 +87,13 @@ class Counts(NamedTuple):
         }
 
 
-def read_counts(environ: Mapping[str, str], names: tuple[str, str, str, str], who: str) -> Counts:
-    """The four counts, each checked against the others (the error names the one at fault)."""
+def read_counts(
+    environ: Mapping[str, str], names: tuple[str, str, str, str], who: str, ordered: bool = True
+) -> Counts:
+    """The four counts, each checked against the others (the error names the one at fault).
+    ``ordered``: the launcher numbers a node's local ranks in rank order (so a local rank
+    counts the ranks of its node below it); Open MPI 5 does not (observed: ``mpirun -np 3`` on
+    one machine gave ranks 0, 1, 2 the local ranks 0, 2, 1), so only the ranges are checked."""
     rank_v, size_v, local_v, local_size_v = names
     fix = f"{who} sets {', '.join(names)} together in every rank; do not set them by hand"
     rank = parse_int(rank_v, require(environ, rank_v, fix), fix=fix)
@@ -105,13 +110,13 @@ def read_counts(environ: Mapping[str, str], names: tuple[str, str, str, str], wh
         raise bad(local_v, local, f"{local_v}={local} is not below {local_size_v}={local_size}")
     if local_size > size:
         raise bad(local_size_v, local_size, f"{local_size_v}={local_size} is more than {size_v}={size}")
-    if local > rank:
+    if ordered and local > rank:
         raise bad(
             local_v, local,
             f"{local_v}={local} is more than {rank_v}={rank}: a local rank counts the ranks of "
             "this node below this one",
         )
-    if rank - local > size - local_size:
+    if ordered and rank - local > size - local_size:
         raise bad(
             rank_v, rank,
             f"{rank_v}={rank} with {local_v}={local} needs {rank - local} ranks below it on other "
@@ -202,7 +207,7 @@ class Master(NamedTuple):
 
 
 def rank0_check(
-    counts: Counts, here: bool | None, where: str, node: str, because: str
+    counts: Counts, here: bool | None, where: str, node: str, because: str, ordered: bool = True
 ) -> Master | None:
     """The self-check that makes "rank 0 runs on ``node``" a fact.
 
@@ -218,7 +223,7 @@ def rank0_check(
     if counts.rank == 0 and here is False:
         return Master(None, f"rank 0 runs on {where}, not on {node}, where {because}: this "
                       "mapping (--host, -hosts, a rankfile, --rank-by …) puts it elsewhere")
-    if here and counts.local_rank == 0 and counts.rank != 0:
+    if ordered and here and counts.local_rank == 0 and counts.rank != 0:
         return Master(None, f"this node {node} should hold rank 0 ({because}), but its lowest "
                       f"rank is {counts.rank}: this mapping puts rank 0 elsewhere")
     return None

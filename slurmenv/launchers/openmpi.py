@@ -105,7 +105,9 @@ def _launch_id(environ: Mapping[str, str]) -> tuple[int, str, tuple[str, str]] |
 
 def read(environ: Mapping[str, str], options: Options) -> Task:
     """This rank of an Open MPI launch (see the module docstring for every rule)."""
-    counts = mpi.read_counts(environ, COUNTS, WHO)
+    # Open MPI 5 (PRRTE) numbers a node's local ranks in mapping order, not rank order
+    version5 = not environ.get("OMPI_MCA_orte_hnp_uri") and daemon_vpid(environ) is not None
+    counts = mpi.read_counts(environ, COUNTS, WHO, ordered=not version5)
     job = mpi.job_id(environ)
     hnp = environ.get("OMPI_MCA_orte_hnp_uri")
     daemon_uri = environ.get("OMPI_MCA_orte_local_daemon_uri")
@@ -169,7 +171,8 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
                             "(Open MPI's ranks only know their own place)")
         node_rank, nnodes, node_source = 0, 0, NOT_TOLD
     else:
-        master, node_rank, nnodes, node_source = _in_job(environ, counts, step, by_mpirun, node)
+        master, node_rank, nnodes, node_source = _in_job(
+            environ, counts, step, by_mpirun, node, ordered=not version5)
     unknown: tuple[str, ...] = ()
     sources["NODE_RANK"] = sources["GROUP_RANK"] = node_source
     sources["NNODES"] = node_source if counts.one_node else _nnodes_source(environ)
@@ -261,8 +264,9 @@ def _unknown_nodes(counts: mpi.Counts, master: mpi.Master, where: str) -> SlurmE
         f"this Open MPI launch spans several nodes {where}, and no variable tells this rank's node "
         f"index and the node count (NODE_RANK, NNODES) nor where rank 0 runs: {master.source}",
         variable="OMPI_MCA_orte_num_nodes", value=None,
-        fix="start the ranks inside a Slurm job (mpirun in the batch script, or srun --mpi=pmi2), "
-        "where slurmenv can tell; or set RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT yourself",
+        fix="start mpirun in the batch script itself (not through ssh or inside a step), whose "
+        "daemon step tells every rank its node; or start the ranks with srun --mpi=pmi2; or pass "
+        "--master-addr and export only --for torch",
     )
 
 
@@ -272,6 +276,7 @@ def _in_job(
     step: mpi.Step | None,
     by_mpirun: bool | None,
     node: str | None,
+    ordered: bool = True,
 ) -> tuple[mpi.Master, int, int, str]:
     """Rank 0's node and this rank's node index inside a Slurm job, over several nodes."""
     joblist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
@@ -288,7 +293,7 @@ def _in_job(
     )
     here = None if node is None else node == first
     where = f"SLURMD_NODENAME={node}" if node else "SLURMD_NODENAME unset"
-    master = mpi.rank0_check(counts, here, where, first, because) or mpi.Master(
+    master = mpi.rank0_check(counts, here, where, first, because, ordered) or mpi.Master(
         first, f"node of rank 0 = {first}: {because}; rank 0 and the lowest rank there check it"
     )
     num = environ.get("OMPI_MCA_orte_num_nodes")
