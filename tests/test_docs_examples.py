@@ -441,3 +441,23 @@ def test_every_test_the_launcher_table_names_exists() -> None:
     for path, name in named:
         source = (ROOT / path).read_text()
         assert f"def {name}(" in source, f"docs/launchers.md names {path}::{name}"
+
+
+def test_the_design_page_names_every_launcher_and_module() -> None:
+    """docs/design.md's module map and registry follow the code: every registered launcher,
+    every module of the package and the whole SIGNALS list are named there."""
+    import re as _re
+
+    from slurmenv import launchers
+
+    text = (ROOT / "docs" / "design.md").read_text()
+    for name in launchers.REGISTRY:
+        assert f"**{name}**" in text, f"docs/design.md: launcher {name} not in the registry list"
+    for folder in ("slurmenv", "slurmenv/launchers", "slurmenv/doctor"):
+        for path in sorted((ROOT / folder).glob("*.py")):
+            if path.stem.startswith("_"):
+                continue
+            assert _re.search(rf"\b{path.stem}(\.py|/|\b)", text), f"docs/design.md: {path}"
+    listed = _re.search(r"`SIGNALS` \(([^)]*)\) is imported only", text)
+    assert listed is not None
+    assert sorted(n.strip() for n in listed.group(1).split(",")) == sorted(launchers.SIGNALS)
