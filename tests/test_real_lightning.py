@@ -25,7 +25,7 @@ from typing import Any, Union
 
 import pytest
 from slurm_harness import BatchResult, SlurmCluster, SrunResult, parse_labels
-from test_real_cluster import ENV, PROGRAMS, explain, per_rank
+from test_real_cluster import ENV, PROGRAMS, explain, per_rank, records
 
 pytestmark = pytest.mark.slurm
 
@@ -172,3 +172,34 @@ def test_job_named_bash_lightning_numbers_ranks_itself(slurm_cluster: SlurmClust
         assert "the job is named 'bash', so Lightning ignores Slurm" in res.per_task[task][0]
         assert "not Slurm's rank in this cyclic layout" in res.per_task[task][0]
     assert [got[t]["rank"] for t in range(4)] == [0, 2, 1, 3]
+
+
+def test_fabric_and_trainer_under_slurmenv_torchrun(slurm_cluster: SlurmCluster) -> None:
+    """One ``slurmenv torchrun`` per node (2 nodes x 2 workers), in the docs' form
+    (``srun --kill-on-bad-exit=1``): the plugin resolves torchrun's workers (launcher torchrun,
+    not the Slurm task whose SLURM_PROCID is the node's), Fabric all-gathers and Trainer fits
+    over all four ranks, and every worker shuts down cleanly (destroy_process_group)."""
+    for mode in ("fabric", "trainer"):
+        res = slurm_cluster.srun(
+            ["-N2", "-w", "r1n[09-10]", "--ntasks-per-node=1", "--kill-on-bad-exit=1"],
+            ["slurmenv", "torchrun", "--nproc-per-node=2", str(LIGHTNING), mode],
+            env=ENV, timeout=TIMEOUT,
+        )
+        assert res.returncode == 0, explain(res)
+        got: Records = {}
+        for task, lines in res.per_task.items():
+            for rec in records(lines, "LIGHTNING"):
+                assert rec["procid"] == task and rec["host"] == ("r1n09", "r1n10")[task], \
+                    explain(res)
+                got[rec["rank"]] = rec
+        assert sorted(got) == [0, 1, 2, 3], explain(res)
+        assert {rank: (rec["node_rank"], rec["local_rank"]) for rank, rec in got.items()} == {
+            0: (0, 0), 1: (0, 1), 2: (1, 0), 3: (1, 1)}, explain(res)
+        assert all(rec["world"] == 4 for rec in got.values()), explain(res)
+        if mode == "fabric":
+            assert all(rec["gathered"] == [0, 1, 2, 3] for rec in got.values()), explain(res)
+            assert {rec["environment"] for rec in got.values()} == {"slurmenv.lightning"}
+        else:
+            seen = [got[rank]["seen"] for rank in range(4)]
+            assert sorted(i for share in seen for i in share) == list(range(24)), explain(res)
+            assert len({tuple(rec["weights"]) for rec in got.values()}) == 1, explain(res)

@@ -77,3 +77,9 @@ else:
 
 # One write(2) per line: lines of tasks sharing a pipe never interleave.
 os.write(1, ("LIGHTNING " + json.dumps(out) + "\n").encode())
+
+# Shut down cleanly: a process group left to the interpreter's exit can abort a worker
+# ("terminate called without an active exception"), which under torchrun fails its node.
+if torch.distributed.is_available() and torch.distributed.is_initialized():
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
