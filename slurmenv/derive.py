@@ -12,7 +12,7 @@ Shared by every launcher, so each rule lives once:
   rank 0 ``launchers.resolve`` then checks for rival launches, ``rivals.py``) > a free port for
   a single process > refused, asking for ``--port``; every chosen port is checked against the
   ephemeral range;
-* ports an MPI runtime binds itself (:data:`RUNTIME_PORTS`: libpals's ``PMI_CONTROL_PORT``)
+* ports an MPI runtime binds itself (:data:`ports.RUNTIME_PORTS`: libpals's ``PMI_CONTROL_PORT``)
   are never ``MASTER_PORT`` nor a TensorFlow port, whichever step of the precedence chose them;
 * GPU lists and thread counts (``gpus.py``, ``threads.py``) when the task's Slurm variables
   are its own.
@@ -190,24 +190,6 @@ def address(
     return master_addr, source
 
 
-#: Variables naming ports an MPI runtime binds itself on every node of the launch: libpals's
-#: PMI_CONTROL_PORT (HPE PALS mpiexec; Slurm's cray_shasta hands it the step's first reserved
-#: port, observed in tests/fixtures/pals/; Flux's cray-pals plugin). The same list on every
-#: node, so skipping them keeps all tasks in agreement.
-RUNTIME_PORTS = ("PMI_CONTROL_PORT",)
-
-
-def runtime_ports(environ: Mapping[str, str]) -> dict[int, str]:
-    """Port -> ``NAME=value`` for every port an MPI runtime binds itself (never ours)."""
-    taken: dict[int, str] = {}
-    for name in RUNTIME_PORTS:
-        text = environ.get(name)
-        if text:
-            for port in ports.parse_port_list(text, name):
-                taken[port] = f"{name}={text}"
-    return taken
-
-
 def _runtime_port(port: int, why: str, taken: dict[int, str], variable: str) -> SlurmEnvError:
     return SlurmEnvError(
         f"{why} would make MASTER_PORT {port}, which {taken[port]} gives the MPI runtime "
@@ -245,7 +227,7 @@ def port_plan(
         else:
             master, why, variable = free_port(options.port_range), FREE_PORT_SOURCE, "--port"
         return ports.Ports(master, [free_port(options.port_range, avoid=master)], why, variable)
-    taken = runtime_ports(environ)
+    taken = ports.runtime_ports(environ)
     if explicit is not None:
         port, why, variable = explicit
         if port in taken:
@@ -355,27 +337,3 @@ def _bindings(
         sources.update(dict.fromkeys(counts.env, counts.source))
         notes.extend(counts.notes)
     return bindings, gpu.gpus, gpu.source, sources, notes
-
-
-def too_few_tf_ports(plan: ports.Ports, needed: int, environ: Mapping[str, str]) -> SlurmEnvError:
-    """TF_CONFIG needs ``needed`` ports per node; the error names where the ports came from
-    (every launcher whose topology builds TF_CONFIG raises this one)."""
-    message = (
-        f"TF_CONFIG needs {needed} ports per node but only {len(plan.tf)} are available "
-        f"({plan.source})"
-    )
-    without = "or export without TF_CONFIG (--for torch)"
-    reserve = needed + len(runtime_ports(environ))
-    if plan.variable == "SLURM_STEP_RESV_PORTS":
-        fix = (f"reserve enough ports: {ports.resv_ports(reserve)} (MASTER_PORT and one "
-               f"TensorFlow port per task on a node), {without}")
-    elif plan.variable in ports.GIVEN:
-        fix = (f"the TensorFlow ports follow {plan.variable} and would pass 65535: choose a "
-               f"lower port, {without}")
-    elif environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID"):
-        fix = (f"use a wider --port-range (SLURMENV_PORT_RANGE), reserve ports with "
-               f"{ports.resv_ports(reserve)}, {without}")
-    else:
-        fix = f"use a wider --port-range (SLURMENV_PORT_RANGE), {without}"
-    value = environ.get(plan.variable)
-    return SlurmEnvError(message, variable=plan.variable, value=value, fix=fix)

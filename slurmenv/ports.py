@@ -241,3 +241,45 @@ def check_outside(
         variable, value = "net.ipv4.ip_local_port_range", f"{ephemeral[0]} {ephemeral[1]}"
         fix = EPHEMERAL_FIX
     raise SlurmEnvError(message, variable=variable, value=value, fix=fix)
+
+
+#: Variables naming ports an MPI runtime binds itself on every node of the launch: libpals's
+#: PMI_CONTROL_PORT (HPE PALS mpiexec; Slurm's cray_shasta hands it the step's first reserved
+#: port, observed in tests/fixtures/pals/; Flux's cray-pals plugin). The same list on every
+#: node, so skipping them keeps all tasks in agreement.
+RUNTIME_PORTS = ("PMI_CONTROL_PORT",)
+
+
+def runtime_ports(environ: Mapping[str, str]) -> dict[int, str]:
+    """Port -> ``NAME=value`` for every port an MPI runtime binds itself (never ours)."""
+    taken: dict[int, str] = {}
+    for name in RUNTIME_PORTS:
+        text = environ.get(name)
+        if text:
+            for port in parse_port_list(text, name):
+                taken[port] = f"{name}={text}"
+    return taken
+
+
+def too_few_tf_ports(plan: Ports, needed: int, environ: Mapping[str, str]) -> SlurmEnvError:
+    """TF_CONFIG needs ``needed`` ports per node; the error names where the ports came from
+    (every launcher whose topology builds TF_CONFIG raises this one)."""
+    message = (
+        f"TF_CONFIG needs {needed} ports per node but only {len(plan.tf)} are available "
+        f"({plan.source})"
+    )
+    without = "or export without TF_CONFIG (--for torch)"
+    reserve = needed + len(runtime_ports(environ))
+    if plan.variable == "SLURM_STEP_RESV_PORTS":
+        fix = (f"reserve enough ports: {resv_ports(reserve)} (MASTER_PORT and one "
+               f"TensorFlow port per task on a node), {without}")
+    elif plan.variable in GIVEN:
+        fix = (f"the TensorFlow ports follow {plan.variable} and would pass 65535: choose a "
+               f"lower port, {without}")
+    elif environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID"):
+        fix = (f"use a wider --port-range (SLURMENV_PORT_RANGE), reserve ports with "
+               f"{resv_ports(reserve)}, {without}")
+    else:
+        fix = f"use a wider --port-range (SLURMENV_PORT_RANGE), {without}"
+    value = environ.get(plan.variable)
+    return SlurmEnvError(message, variable=plan.variable, value=value, fix=fix)

@@ -126,3 +126,18 @@ def test_every_package_is_installed() -> None:
     listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
     packages = {module_name(p) for p in PACKAGE.rglob("__init__.py")}
     assert sorted(listed) == sorted(packages)
+
+
+def test_launcher_modules_never_import_derive() -> None:
+    """Layers: a launcher module reads its task; the shared port rules it needs live in
+    ports.py, below it. Only the registry's resolve() (launchers/__init__.py) drives derive."""
+    import re
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parent.parent / "slurmenv" / "launchers"
+    for path in sorted(folder.glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        text = path.read_text()
+        assert not re.search(r"^\s*(from \.\.derive import|from \.\. import .*\bderive\b|"
+                             r"import slurmenv\.derive)", text, re.MULTILINE), path.name

@@ -211,7 +211,7 @@ def test_dump_keeps_the_apinfo_file_for_replay(tmp_path: Path) -> None:
 
 
 def test_too_few_tensorflow_ports_name_where_the_ports_came_from() -> None:
-    """The one shared refusal (derive.too_few_tf_ports): here the TF ports follow --port and
+    """The one shared refusal (ports.too_few_tf_ports): here the TF ports follow --port and
     would pass 65535, so the error names --port, not the formula's range. Only TF_CONFIG is
     refused: the torch variables still resolve (the fix says --for torch)."""
     env = real_tasks("default", hide_slurm=True)[0]

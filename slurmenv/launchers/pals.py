@@ -131,7 +131,7 @@ class PalsLayout(Topology):
         needed = max(self.counts)
         tf = self.port_plan.tf
         if len(tf) < needed:
-            from ..derive import too_few_tf_ports
+            from ..ports import too_few_tf_ports
 
             raise too_few_tf_ports(self.port_plan, needed, self.environ)
         return tf[:needed]

@@ -278,7 +278,7 @@ class SlurmStep(Topology):
         """The TF port of each local rank (the same on every node); refuses too few."""
         plan, needed = self.port_plan, layout.largest(self.counts)
         if len(plan.tf) < needed:
-            from ..derive import too_few_tf_ports
+            from ..ports import too_few_tf_ports
 
             raise too_few_tf_ports(plan, needed, self.environ)
         return plan.tf[:needed]
