@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     #: ``launchers.resolve`` and a launcher's ``read``: passed in, so that this module does not
     #: import the registry.
     Resolver = Callable[..., Resolution]
-    Reader = Callable[[Mapping[str, str], Options], TaskType]
+    Reader = Callable[[Mapping[str, str]], TaskType]
 
 
 def _netns(proc: str, pid: str) -> tuple[int, int] | None:
@@ -189,10 +189,9 @@ def check(
         if other_key is None or other_key == value:
             continue
         try:
-            opts = from_environ(env, **given)
-            if read(env, opts).rank != 0:  # cheaper than a resolution: most are other ranks
+            if read(env).rank != 0:  # cheaper than a resolution: most are other ranks
                 continue
-            other = resolve(env, opts, None, 1, None, None)
+            other = resolve(env, from_environ(env, **given), None, 1, None, None)
         except Exception:  # noqa: BLE001, S112 - another process's variables, however broken, never
             # crash this rank 0: a rank that cannot resolve never binds a port through slurmenv
             continue

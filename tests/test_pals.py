@@ -88,7 +88,9 @@ def test_real_heterogeneous_step_with_slurm_hidden_is_refused() -> None:
     with pytest.raises(SlurmEnvError) as info:
         slurmenv.resolve(env, **NO_EPHEMERAL)
     assert info.value.variable == "PALS_NODEID" and info.value.value == "0"
-    assert "node index 2" in str(info.value)
+    assert "the node index of rank 0 in the apinfo file (PALS_APINFO, version 1) is 2" in str(
+        info.value
+    )
 
 
 def test_pbs_pals_fixture(tmp_path: Path) -> None:

@@ -126,9 +126,10 @@ def detect(environ: Mapping[str, str]) -> ModuleType:
     raise AssertionError("the last launcher of the registry detects every task")
 
 
-def read(environ: Mapping[str, str], options: Options) -> Task:
-    """The task of ``environ`` as the first launcher that detects it reads it (no derive)."""
-    return detect(environ).read(environ, options)  # type: ignore[no-any-return]
+def read(environ: Mapping[str, str]) -> Task:
+    """The task of ``environ`` as the first launcher that detects it reads it (no derive:
+    options act on the address, ports and bindings only)."""
+    return detect(environ).read(environ)  # type: ignore[no-any-return]
 
 
 #: ``step_evidence`` default: look in /proc (only when the fallback is reached).
@@ -161,7 +162,7 @@ def resolve(
     from .. import derive
 
     module = detect(environ)
-    task = module.read(environ, options)  # the fallback refuses a stray launcher variable first
+    task = module.read(environ)  # the fallback refuses a stray launcher variable first
     if getattr(module, "FALLBACK", False):
         if step_evidence == FIND:
             from . import evidence

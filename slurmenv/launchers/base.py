@@ -8,9 +8,11 @@ the recipe) declares::
     VARIABLES = ("SLURM_PROCID", ...)   # exact names it reads (dump, show, doctor use them)
     PREFIXES = ()                       # name prefixes it reads (dump records them, redacted)
     def detect(environ) -> bool         # cheap: presence/equality of variables only
-    def read(environ, options) -> Task  # raises SlurmEnvError naming the variable at fault
+    def read(environ) -> Task           # raises SlurmEnvError naming the variable at fault
 
-and ``slurmenv/derive.py`` turns the Task into a Resolution (address, port, bindings).
+and ``slurmenv/derive.py`` turns the Task into a Resolution (address, port, bindings). The
+helpers below (:func:`read_int`, :func:`optional_int`, :func:`agree`, :func:`node_sources`,
+:func:`hashed_id`) hold the rules every launcher's ``read`` follows, once.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from .._compat import TYPE_CHECKING, NamedTuple  # not typing's: on export's path
-from ..errors import SlurmEnvError
+from ..errors import SlurmEnvError, parse_int, require
 
 INTERACTIVE_STEP = 4294967290  # salloc with LaunchParameters=use_interactive_step
 EXTERN_STEP = 4294967291
@@ -91,6 +93,57 @@ def foreign_mpi(environ: Mapping[str, str]) -> tuple[str, str, str] | None:
             if value is not None and value != mine:
                 return name, value, f"{slurm_name}={mine}"
     return None
+
+
+# -- reading a launcher's variables ---------------------------------------------------------
+def read_int(environ: Mapping[str, str], name: str, fix: str, *, minimum: int = 0) -> int:
+    """The whole number in variable ``name``, which the launcher always sets: refused, naming
+    the variable, its value and ``fix``, when unset or empty, not ASCII digits (at most
+    ``errors.MAX_DIGITS``), or below ``minimum``."""
+    return parse_int(name, require(environ, name, fix), minimum=minimum, fix=fix)
+
+
+def optional_int(
+    environ: Mapping[str, str], name: str, fix: str, *, minimum: int = 0
+) -> int | None:
+    """The whole number in variable ``name``, or None when it is unset or empty; a value that
+    is set is read as strictly as by :func:`read_int`."""
+    text = environ.get(name)
+    return None if text is None or text == "" else parse_int(name, text, minimum=minimum, fix=fix)
+
+
+def agree(
+    name: str, value: int | None, other: str, expected: int | None, fix: str, why: str = ""
+) -> None:
+    """Refuse ``name``=``value`` unless it equals ``expected``, what ``other`` tells: a
+    variable (``FLUX_TASK_RANK``: the message says ``FLUX_TASK_RANK=3``) or a phrase (``the
+    node index of rank 3 in the apinfo file``: the message says ``... is 1``). Nothing is
+    compared when either is None (a variable that is not set). The refusal names ``name`` and
+    its value (the variable at fault), ``other`` and its value, ``why`` (if given) and ``fix``.
+    """
+    if value is None or expected is None or value == expected:
+        return
+    told = f"{other}={expected}" if other.isidentifier() else f"{other} is {expected}"
+    raise SlurmEnvError(
+        f"{name}={value} but {told}" + (f" ({why})" if why else ""),
+        variable=name, value=str(value), fix=fix,
+    )
+
+
+def node_sources(node_rank: str, nnodes: str) -> dict[str, str]:
+    """The ``sources`` of ``NODE_RANK``, ``GROUP_RANK`` and ``NNODES``: ``GROUP_RANK`` is
+    torchrun's name for ``NODE_RANK`` (the same value, ``render.RANK_FIELDS``), so the same
+    sentence."""
+    return {"NODE_RANK": node_rank, "GROUP_RANK": node_rank, "NNODES": nnodes}
+
+
+def hashed_id(name: str, text: str) -> tuple[int, str]:
+    """A job or launch ID that is not a small sequential number (a Flux job ID, a PALS APID, a
+    PMIx namespace) as a number for the port formula, ``ports.stable_hash`` of ``text`` (the
+    same in every rank), and the sentence naming it (``PALS_APID=8f3c1e hashed``)."""
+    from ..ports import stable_hash  # launchers with text IDs only
+
+    return stable_hash(text), f"{name}={text} hashed"
 
 
 class Topology:

@@ -23,10 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..errors import SlurmEnvError, parse_int, require
-from ..options import Options
-from ..ports import stable_hash
-from .base import Task, Topology
+from ..errors import SlurmEnvError, require
+from .base import Task, Topology, agree, hashed_id, node_sources, optional_int, read_int
 
 NAME = "flux"
 VARIABLES = (
@@ -37,6 +35,7 @@ PREFIXES: tuple[str, ...] = ()  # every variable read is named in VARIABLES
 #: Set only in a task a Flux job shell started (local.py refuses the single-process default).
 TASK_VARIABLES = ("FLUX_TASK_RANK", "FLUX_TASK_LOCAL_ID")
 FIX = "run slurmenv inside a task that flux run/submit started; Flux sets this in every task"
+SAME_JOB = "these come from the same Flux job: do not set them by hand"
 LAYOUT_FIX = (
     "run with flux run -o pmi=cray-pals (its apinfo file tells every task's node), or one "
     "task per node, or a single node"
@@ -48,35 +47,26 @@ def detect(environ: Mapping[str, str]) -> bool:
     return bool(environ.get("FLUX_TASK_RANK") and environ.get("FLUX_JOB_SIZE"))
 
 
-def _get(environ: Mapping[str, str], name: str, minimum: int = 0) -> int:
-    return parse_int(name, require(environ, name, FIX), minimum=minimum)
+def _agree(environ: Mapping[str, str], name: str, other: str, value: int) -> None:
+    agree(name, optional_int(environ, name, SAME_JOB), other, value, SAME_JOB)
 
 
-def _agree(environ: Mapping[str, str], name: str, value: int, told: str) -> None:
-    text = environ.get(name)
-    if text and parse_int(name, text) != value:
-        raise SlurmEnvError(
-            f"{name}={text} but {told}", variable=name, value=text,
-            fix="these come from the same Flux job: do not set them by hand",
-        )
-
-
-def read(environ: Mapping[str, str], options: Options) -> Task:
+def read(environ: Mapping[str, str]) -> Task:
     """One Flux task; the layout from the cray-pals apinfo file or the two one-way cases."""
-    rank = _get(environ, "FLUX_TASK_RANK")
-    local = _get(environ, "FLUX_TASK_LOCAL_ID")
-    world = _get(environ, "FLUX_JOB_SIZE", minimum=1)
-    nnodes = _get(environ, "FLUX_JOB_NNODES", minimum=1)
+    rank = read_int(environ, "FLUX_TASK_RANK", FIX)
+    local = read_int(environ, "FLUX_TASK_LOCAL_ID", FIX)
+    world = read_int(environ, "FLUX_JOB_SIZE", FIX, minimum=1)
+    nnodes = read_int(environ, "FLUX_JOB_NNODES", FIX, minimum=1)
     job = require(environ, "FLUX_JOB_ID", FIX)
     if rank >= world or nnodes > world:
         raise SlurmEnvError(
             f"FLUX_TASK_RANK={rank}, FLUX_JOB_SIZE={world}, FLUX_JOB_NNODES={nnodes} do not fit",
             variable="FLUX_TASK_RANK", value=str(rank), fix=FIX,
         )
-    _agree(environ, "PMI_RANK", rank, f"FLUX_TASK_RANK={rank}")
-    _agree(environ, "PMI_SIZE", world, f"FLUX_JOB_SIZE={world}")
-    seed = (stable_hash(job), stable_hash(job))
-    seed_source = f"FLUX_JOB_ID={job} hashed"
+    _agree(environ, "PMI_RANK", "FLUX_TASK_RANK", rank)
+    _agree(environ, "PMI_SIZE", "FLUX_JOB_SIZE", world)
+    hashed, seed_source = hashed_id("FLUX_JOB_ID", job)
+    seed = (hashed, hashed)
     key = ("FLUX_JOB_ID", job)
     sources = {
         "RANK": f"FLUX_TASK_RANK={rank}", "LOCAL_RANK": f"FLUX_TASK_LOCAL_ID={local}",
@@ -84,19 +74,19 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
     }
     origin = f"a task of Flux job {job}"
     if environ.get("PALS_APINFO"):
-        _agree(environ, "PALS_RANKID", rank, f"FLUX_TASK_RANK={rank}")
+        _agree(environ, "PALS_RANKID", "FLUX_TASK_RANK", rank)
         from . import pals
 
         task = pals.apinfo_task(environ, rank, environ["PALS_APINFO"])
-        for name, value, mine in (("FLUX_JOB_SIZE", world, task.world_size),
-                                  ("FLUX_JOB_NNODES", nnodes, task.nnodes),
-                                  ("FLUX_TASK_LOCAL_ID", local, task.local_rank)):  # fmt: skip
-            if value != mine:
-                raise SlurmEnvError(
-                    f"{name}={value} but the apinfo file (PALS_APINFO) says {mine}",
-                    variable=name, value=str(value),
-                    fix="PALS_APINFO must be the file Flux's cray-pals plugin wrote for this job",
-                )
+        told = "the apinfo file (PALS_APINFO)"
+        for name, value, what, mine in (
+            ("FLUX_JOB_SIZE", world, f"the rank count of {told}", task.world_size),
+            ("FLUX_JOB_NNODES", nnodes, f"the node count of {told}", task.nnodes),
+            ("FLUX_TASK_LOCAL_ID", local, f"the local index of rank {rank} in {told}",
+             task.local_rank),
+        ):  # fmt: skip
+            agree(name, value, what, mine,
+                  "PALS_APINFO must be the file Flux's cray-pals plugin wrote for this job")
         return task._replace(
             launcher=NAME, sources={**task.sources, **sources}, port_seed=seed,
             port_seed_source=seed_source, job_id=job, step_id=None, origin=origin,
@@ -117,10 +107,8 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
             f"FLUX_TASK_LOCAL_ID={local} but {why}", variable="FLUX_TASK_LOCAL_ID",
             value=str(local), fix=FIX,
         )
-    sources.update({
-        "LOCAL_WORLD_SIZE": f"{local_world}: {why}", "NODE_RANK": f"{node}: {why}",
-        "GROUP_RANK": f"{node}: {why}",
-    })  # fmt: skip
+    sources["LOCAL_WORLD_SIZE"] = f"{local_world}: {why}"
+    sources.update(node_sources(f"{node}: {why}", sources["NNODES"]))
     return Task(
         launcher=NAME, rank=rank, local_rank=local, world_size=world,
         local_world_size=local_world, node_rank=node, nnodes=nnodes, hostname="",

@@ -33,7 +33,6 @@ from collections.abc import Mapping, Sequence
 from .. import layout, nodes, ports
 from .._compat import NamedTuple
 from ..errors import SlurmEnvError, parse_int, require
-from ..options import Options
 from . import slurm
 from .base import Task
 from .slurm import STEP_FIX, SlurmStep, parse_gtids
@@ -52,7 +51,7 @@ def detect(environ: Mapping[str, str]) -> bool:
     return any(environ.get(name) for name in SIGNALS) and slurm.detect(environ)
 
 
-def read(environ: Mapping[str, str], options: Options) -> Task:
+def read(environ: Mapping[str, str]) -> Task:
     """The task, with the step's topology in component order when it spans components."""
     return slurm.task(environ, step(environ))
 

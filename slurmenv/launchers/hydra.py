@@ -37,9 +37,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..errors import SlurmEnvError, parse_int
-from ..options import Options
 from . import mpi
-from .base import Task
+from .base import Task, node_sources
 
 NAME = "hydra"
 COUNTS = ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
@@ -60,7 +59,7 @@ def detect(environ: Mapping[str, str]) -> bool:
     return bool(environ.get("MPI_LOCALRANKID"))
 
 
-def read(environ: Mapping[str, str], options: Options) -> Task:
+def read(environ: Mapping[str, str]) -> Task:
     """This rank of a Hydra launch (see the module docstring for every rule)."""
     counts = mpi.read_counts(environ, COUNTS, WHO)
     job = mpi.job_id(environ)
@@ -124,8 +123,7 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
                 because,
             ) or mpi.Master(first, f"node of rank 0 = {first}: {because}; rank 0 and the lowest "
                             "rank there check it")
-    sources["NODE_RANK"] = sources["GROUP_RANK"] = node_source
-    sources["NNODES"] = node_count
+    sources.update(node_sources(node_source, node_count))
     hostname = ""
     if step is not None:
         hostname = step.node_list()[step.node_index]

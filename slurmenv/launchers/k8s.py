@@ -26,9 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..errors import SlurmEnvError, is_number, parse_int
-from ..options import Options
-from .base import Task, Topology
+from ..errors import SlurmEnvError, is_number
+from .base import Task, Topology, agree, node_sources, optional_int, read_int
 
 NAME = "k8s"
 VARIABLES = (
@@ -46,6 +45,7 @@ TORCHRUN_FIX = (
     "start torchrun in each pod (it reads the PET_* variables as its arguments and gives every "
     "worker its own RANK; slurmenv then reads the workers) instead of the training script"
 )
+SAME_POD = "these come from the operator for the same pod: do not set them by hand"
 
 
 def detect(environ: Mapping[str, str]) -> bool:
@@ -53,11 +53,6 @@ def detect(environ: Mapping[str, str]) -> bool:
     if not environ.get("KUBERNETES_SERVICE_HOST"):
         return False
     return bool(environ.get("PET_NNODES") or (environ.get("RANK") and environ.get("WORLD_SIZE")))
-
-
-def _int(environ: Mapping[str, str], name: str) -> int | None:
-    text = environ.get(name)
-    return None if text is None or text == "" else parse_int(name, text)
 
 
 def _operator(environ: Mapping[str, str]) -> str:
@@ -77,7 +72,7 @@ def _several(message: str, variable: str, value: str | None) -> SlurmEnvError:
     )
 
 
-def read(environ: Mapping[str, str], options: Options) -> Task:
+def read(environ: Mapping[str, str]) -> Task:
     """One pod = one process, checked; several processes per pod: refused with the fix."""
     who = _operator(environ)
     nproc = environ.get("PET_NPROC_PER_NODE")
@@ -85,7 +80,7 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
         raise _several(
             f"PET_NPROC_PER_NODE={nproc} ({who})", "PET_NPROC_PER_NODE", nproc
         )
-    local = _int(environ, "LOCAL_RANK")
+    local = optional_int(environ, "LOCAL_RANK", SAME_POD)
     if local:
         raise _several(f"LOCAL_RANK={local} in a pod of {who}", "LOCAL_RANK", str(local))
     nnodes_text = environ.get("PET_NNODES")
@@ -95,36 +90,28 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
             "rendezvous knows",
             variable="PET_NNODES", value=nnodes_text, fix=TORCHRUN_FIX,
         )
-    pods = _int(environ, "PET_NNODES")
+    pods = optional_int(environ, "PET_NNODES", SAME_POD)
     if environ.get("RANK"):
         return _ranked(environ, who, pods)
     return _pet_only(environ, who, pods)
 
 
-def _check(name: str, value: int, other: str, expected: int | None, why: str) -> None:
-    if expected is not None and value != expected:
-        raise SlurmEnvError(
-            f"{name}={value} but {other}={expected} ({why})",
-            variable=name, value=str(value),
-            fix="these come from the operator for the same pod: do not set them by hand",
-        )
-
-
 def _ranked(environ: Mapping[str, str], who: str, pods: int | None) -> Task:
     """RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (PyTorchJob, Volcano)."""
-    rank = parse_int("RANK", environ["RANK"])
-    world = parse_int("WORLD_SIZE", environ.get("WORLD_SIZE", ""), minimum=1)
+    rank = read_int(environ, "RANK", SAME_POD)
+    world = read_int(environ, "WORLD_SIZE", SAME_POD, minimum=1)
     if pods is not None and world > pods:
         raise _several(
             f"WORLD_SIZE={world} counts processes but PET_NNODES={pods} pods and RANK={rank} is "
             f"a pod index ({who})", "WORLD_SIZE", str(world),
         )
-    _check("WORLD_SIZE", world, "PET_NNODES", pods, "one process per pod")
-    _check("RANK", rank, "PET_NODE_RANK", _int(environ, "PET_NODE_RANK"), "the pod's index")
+    agree("WORLD_SIZE", world, "PET_NNODES", pods, SAME_POD, "one process per pod")
+    agree("RANK", rank, "PET_NODE_RANK", optional_int(environ, "PET_NODE_RANK", SAME_POD),
+          SAME_POD, "the pod's index")  # fmt: skip
     if rank >= world:
         raise SlurmEnvError(
             f"RANK={rank} is not below WORLD_SIZE={world}", variable="RANK", value=str(rank),
-            fix="these come from the operator for the same pod: do not set them by hand",
+            fix=SAME_POD,
         )
     _check_pod_name(environ, rank)
     fixed = {name: environ[name] for name in ("MASTER_ADDR", "MASTER_PORT") if environ.get(name)}
@@ -145,14 +132,15 @@ def _pet_only(environ: Mapping[str, str], who: str, pods: int | None) -> Task:
             f"{who}: neither RANK nor PET_NNODES is set", variable="PET_NNODES", value=None,
             fix=TORCHRUN_FIX,
         )
-    rank = _int(environ, "PET_NODE_RANK")
+    rank = optional_int(environ, "PET_NODE_RANK", SAME_POD)
     if rank is None:
         raise SlurmEnvError(
             f"PET_NNODES={pods} but PET_NODE_RANK is not set ({who})", variable="PET_NODE_RANK",
             value=None, fix=TORCHRUN_FIX,
         )
-    _check("PET_NODE_RANK", rank, "JOB_COMPLETION_INDEX", _int(environ, "JOB_COMPLETION_INDEX"),
-           "the Indexed Job's pod index")  # fmt: skip
+    agree("PET_NODE_RANK", rank, "JOB_COMPLETION_INDEX",
+          optional_int(environ, "JOB_COMPLETION_INDEX", SAME_POD), SAME_POD,
+          "the Indexed Job's pod index")  # fmt: skip
     if rank >= pods:
         raise SlurmEnvError(
             f"PET_NODE_RANK={rank} is not below PET_NNODES={pods}", variable="PET_NODE_RANK",
@@ -183,7 +171,8 @@ def _check_pod_name(environ: Mapping[str, str], rank: int) -> None:
     expected = int(index) + (1 if role == "worker" else 0)
     if role == "master" and int(index) != 0:
         return
-    _check("RANK", rank, f"the pod name {host}: rank", expected, "master 0, worker i -> i + 1")
+    agree("RANK", rank, f"the rank the pod name {host} gives", expected, SAME_POD,
+          "master 0, worker i -> i + 1")
 
 
 def _task(
@@ -196,9 +185,7 @@ def _task(
         "WORLD_SIZE": f"{world_name}={world} {told}",
         "LOCAL_RANK": "0: one process per pod",
         "LOCAL_WORLD_SIZE": "1: one process per pod",
-        "NODE_RANK": f"{rank_name}={rank}: the pod is the node",
-        "GROUP_RANK": f"{rank_name}={rank}: the pod is the node",
-        "NNODES": f"{world_name}={world} pods",
+        **node_sources(f"{rank_name}={rank}: the pod is the node", f"{world_name}={world} pods"),
         "MASTER_ADDR": f"MASTER_ADDR set by {who}",
         "MASTER_PORT": f"MASTER_PORT set by {who}",
     }

@@ -6,8 +6,7 @@ import socket
 from collections.abc import Mapping
 
 from ..errors import SlurmEnvError
-from ..options import Options
-from .base import Task, Topology
+from .base import Task, Topology, node_sources
 
 NAME = "local"
 VARIABLES: tuple[str, ...] = ()
@@ -55,9 +54,7 @@ def single_process(
         "LOCAL_RANK": f"{where}: single process",
         "WORLD_SIZE": f"{where}: single process",
         "LOCAL_WORLD_SIZE": f"{where}: single process",
-        "NODE_RANK": f"{where}: single node",
-        "GROUP_RANK": f"{where}: single node",
-        "NNODES": f"{where}: single node",
+        **node_sources(f"{where}: single node", f"{where}: single node"),
         "MASTER_ADDR": "loopback (single process)",
     }
     return Task(
@@ -94,7 +91,7 @@ def stray(environ: Mapping[str, str]) -> tuple[str, str] | None:
     return None
 
 
-def read(environ: Mapping[str, str], options: Options) -> Task:
+def read(environ: Mapping[str, str]) -> Task:
     """Rank 0 of a world of 1: what a script started by hand outside any launcher needs;
     refused when a variable only a launcher sets is present (:func:`stray`)."""
     found = stray(environ)

@@ -21,9 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..errors import SlurmEnvError, parse_int, require
-from ..options import Options
-from .base import Task, Topology
+from ..errors import SlurmEnvError, require
+from .base import Task, Topology, agree, node_sources, optional_int, read_int
 
 NAME = "lsf"
 VARIABLES = (
@@ -37,15 +36,12 @@ PREFIXES: tuple[str, ...] = ()  # every variable read is named in VARIABLES
 TASK_VARIABLES = ("JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_LOCAL_RANK",
                   "JSM_NAMESPACE_LOCAL_SIZE")
 FIX = "run slurmenv inside a task that jsrun started; jsrun sets this in every task"
+SAME_JSRUN = "these come from the same jsrun: do not set them by hand"
 
 
 def detect(environ: Mapping[str, str]) -> bool:
     """A task that jsrun started."""
     return bool(environ.get("JSM_NAMESPACE_RANK") and environ.get("JSM_NAMESPACE_SIZE"))
-
-
-def _get(environ: Mapping[str, str], name: str, minimum: int = 0) -> int:
-    return parse_int(name, require(environ, name, FIX), minimum=minimum)
 
 
 def compute_hosts(path: str) -> tuple[str, list[str]]:
@@ -71,25 +67,22 @@ def compute_hosts(path: str) -> tuple[str, list[str]]:
     return lines[0], hosts
 
 
-def read(environ: Mapping[str, str], options: Options) -> Task:
-    rank = _get(environ, "JSM_NAMESPACE_RANK")
-    world = _get(environ, "JSM_NAMESPACE_SIZE", minimum=1)
-    local = _get(environ, "JSM_NAMESPACE_LOCAL_RANK")
-    local_world = _get(environ, "JSM_NAMESPACE_LOCAL_SIZE", minimum=1)
+def read(environ: Mapping[str, str]) -> Task:
+    rank = read_int(environ, "JSM_NAMESPACE_RANK", FIX)
+    world = read_int(environ, "JSM_NAMESPACE_SIZE", FIX, minimum=1)
+    local = read_int(environ, "JSM_NAMESPACE_LOCAL_RANK", FIX)
+    local_world = read_int(environ, "JSM_NAMESPACE_LOCAL_SIZE", FIX, minimum=1)
     if rank >= world or local >= local_world:
         raise SlurmEnvError(
             f"JSM_NAMESPACE_RANK={rank}/SIZE={world}, LOCAL_RANK={local}/LOCAL_SIZE="
             f"{local_world} do not fit", variable="JSM_NAMESPACE_RANK", value=str(rank), fix=FIX,
         )
-    for name, value in (("OMPI_COMM_WORLD_RANK", rank), ("OMPI_COMM_WORLD_SIZE", world),
-                        ("OMPI_COMM_WORLD_LOCAL_RANK", local),
-                        ("OMPI_COMM_WORLD_LOCAL_SIZE", local_world)):  # fmt: skip
-        text = environ.get(name)
-        if text and parse_int(name, text) != value:
-            raise SlurmEnvError(
-                f"{name}={text} but jsrun's JSM_NAMESPACE_* say {value}", variable=name,
-                value=text, fix="these come from the same jsrun: do not set them by hand",
-            )
+    for name, other, value in (("OMPI_COMM_WORLD_RANK", "JSM_NAMESPACE_RANK", rank),
+                               ("OMPI_COMM_WORLD_SIZE", "JSM_NAMESPACE_SIZE", world),
+                               ("OMPI_COMM_WORLD_LOCAL_RANK", "JSM_NAMESPACE_LOCAL_RANK", local),
+                               ("OMPI_COMM_WORLD_LOCAL_SIZE", "JSM_NAMESPACE_LOCAL_SIZE",
+                                local_world)):  # fmt: skip
+        agree(name, optional_int(environ, name, SAME_JSRUN), other, value, SAME_JSRUN)
     path = require(environ, "LSB_DJOB_RANKFILE", FIX)
     launch, hosts = compute_hosts(path)
     if world != len(hosts) * local_world:
@@ -115,16 +108,17 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
             "variables yourself",
         )
     host = hosts[node]
-    job = _get(environ, "LSB_JOBID")
+    job = read_int(environ, "LSB_JOBID", FIX)
     told = "the rank file LSB_DJOB_RANKFILE"  # no path: a replay reads a copy elsewhere
     sources = {
         "RANK": f"JSM_NAMESPACE_RANK={rank}", "WORLD_SIZE": f"JSM_NAMESPACE_SIZE={world}",
         "LOCAL_RANK": f"JSM_NAMESPACE_LOCAL_RANK={local}",
         "LOCAL_WORLD_SIZE": f"JSM_NAMESPACE_LOCAL_SIZE={local_world}",
-        "NODE_RANK": f"rank {rank} // JSM_NAMESPACE_LOCAL_SIZE={local_world} (jsrun's packed "
-        f"distribution, checked with the local rank): compute host {node} ({host}) of {told}",
-        "GROUP_RANK": f"rank {rank} // JSM_NAMESPACE_LOCAL_SIZE={local_world}: host {node}",
-        "NNODES": f"{len(hosts)} compute hosts of {told} (after the launch node {launch})",
+        **node_sources(
+            f"rank {rank} // JSM_NAMESPACE_LOCAL_SIZE={local_world} (jsrun's packed "
+            f"distribution, checked with the local rank): compute host {node} ({host}) of {told}",
+            f"{len(hosts)} compute hosts of {told} (after the launch node {launch})",
+        ),
     }
     return Task(
         launcher=NAME, rank=rank, local_rank=local, world_size=world,

@@ -36,8 +36,8 @@ from collections.abc import Mapping
 
 from .. import nodes
 from .._compat import NamedTuple
-from ..errors import SlurmEnvError, parse_int, require
-from .base import Topology
+from ..errors import SlurmEnvError, require
+from .base import Topology, read_int
 
 #: Step IDs that are not a step a rank runs in: the batch script and the extern step.
 NOT_STEPS = ("4294967294", "4294967291")
@@ -96,10 +96,10 @@ def read_counts(
     one machine gave ranks 0, 1, 2 the local ranks 0, 2, 1), so only the ranges are checked."""
     rank_v, size_v, local_v, local_size_v = names
     fix = f"{who} sets {', '.join(names)} together in every rank; do not set them by hand"
-    rank = parse_int(rank_v, require(environ, rank_v, fix), fix=fix)
-    size = parse_int(size_v, require(environ, size_v, fix), minimum=1, fix=fix)
-    local = parse_int(local_v, require(environ, local_v, fix), fix=fix)
-    local_size = parse_int(local_size_v, require(environ, local_size_v, fix), minimum=1, fix=fix)
+    rank = read_int(environ, rank_v, fix)
+    size = read_int(environ, size_v, fix, minimum=1)
+    local = read_int(environ, local_v, fix)
+    local_size = read_int(environ, local_size_v, fix, minimum=1)
 
     def bad(variable: str, value: int, why: str) -> SlurmEnvError:
         return SlurmEnvError(why, variable=variable, value=str(value), fix=fix)
@@ -156,18 +156,15 @@ class Step(NamedTuple):
 
 def read_step(environ: Mapping[str, str], step: str) -> Step:
     fix = "Slurm sets these in every task of a step; do not set them by hand"
-
-    def number(name: str, minimum: int = 0) -> int:
-        return parse_int(name, require(environ, name, fix), minimum=minimum)
-
-    nnodes, node = number("SLURM_STEP_NUM_NODES", 1), number("SLURM_NODEID")
+    nnodes = read_int(environ, "SLURM_STEP_NUM_NODES", fix, minimum=1)
+    node = read_int(environ, "SLURM_NODEID", fix)
     if node >= nnodes:
         raise SlurmEnvError(
             f"SLURM_NODEID={node} is not below SLURM_STEP_NUM_NODES={nnodes}",
             variable="SLURM_NODEID", value=str(node), fix=fix,
         )
     return Step(
-        step, number("SLURM_STEP_NUM_TASKS", 1), nnodes, node,
+        step, read_int(environ, "SLURM_STEP_NUM_TASKS", fix, minimum=1), nnodes, node,
         require(environ, "SLURM_STEP_NODELIST", fix),
     )
 

@@ -16,9 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..errors import SlurmEnvError
-from ..options import Options
 from . import mpi
-from .base import Task
+from .base import Task, node_sources
 
 NAME = "mvapich"
 COUNTS = (
@@ -37,7 +36,7 @@ def detect(environ: Mapping[str, str]) -> bool:
     return bool(environ.get("MV2_COMM_WORLD_RANK"))
 
 
-def read(environ: Mapping[str, str], options: Options) -> Task:
+def read(environ: Mapping[str, str]) -> Task:
     """This rank of an MVAPICH2 launch, on one node; several nodes are refused."""
     counts = mpi.read_counts(environ, COUNTS, WHO)
     job = mpi.job_id(environ)
@@ -55,7 +54,7 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
         )
     sources = counts.sources()
     one = counts.one_node_source
-    sources.update(NODE_RANK=one, GROUP_RANK=one, NNODES=one)
+    sources.update(node_sources(one, one))
     master = mpi.one_node_master(counts)
     return Task(
         launcher=NAME, rank=counts.rank, local_rank=counts.local_rank, world_size=counts.size,

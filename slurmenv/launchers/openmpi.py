@@ -54,10 +54,8 @@ from collections.abc import Mapping
 
 from .. import nodes
 from ..errors import SlurmEnvError, parse_int
-from ..options import Options
-from ..ports import stable_hash
 from . import mpi
-from .base import Task
+from .base import Task, hashed_id, node_sources
 
 NAME = "openmpi"
 COUNTS = (
@@ -97,13 +95,11 @@ def _launch_id(environ: Mapping[str, str]) -> tuple[int, str, tuple[str, str]] |
                 ("OMPI_MCA_ess_base_jobid", jobid))
     namespace = environ.get("PMIX_NAMESPACE")
     if namespace:
-        value = stable_hash(namespace)
-        return (value, f"FNV-1a hash {value} of PMIX_NAMESPACE={namespace}",
-                ("PMIX_NAMESPACE", namespace))
+        return (*hashed_id("PMIX_NAMESPACE", namespace), ("PMIX_NAMESPACE", namespace))
     return None
 
 
-def read(environ: Mapping[str, str], options: Options) -> Task:
+def read(environ: Mapping[str, str]) -> Task:
     """This rank of an Open MPI launch (see the module docstring for every rule)."""
     # Open MPI 5 (PRRTE) numbers a node's local ranks in mapping order, not rank order
     version5 = not environ.get("OMPI_MCA_orte_hnp_uri") and daemon_vpid(environ) is not None
@@ -174,11 +170,13 @@ def read(environ: Mapping[str, str], options: Options) -> Task:
         master, node_rank, nnodes, node_source = _in_job(
             environ, counts, step, by_mpirun, node, ordered=not version5)
     unknown: tuple[str, ...] = ()
-    sources["NODE_RANK"] = sources["GROUP_RANK"] = node_source
-    sources["NNODES"] = node_source if counts.one_node else _nnodes_source(environ)
     if nnodes == 0:  # Open MPI 5 over several nodes: no variable tells them (module docstring)
         unknown = ("NODE_RANK", "GROUP_RANK", "NNODES")
-        sources["NODE_RANK"] = sources["GROUP_RANK"] = sources["NNODES"] = NOT_TOLD
+        sources.update(node_sources(NOT_TOLD, NOT_TOLD))
+    else:
+        sources.update(node_sources(
+            node_source, node_source if counts.one_node else _nnodes_source(environ)
+        ))
     return Task(
         launcher=NAME, rank=counts.rank, local_rank=counts.local_rank, world_size=counts.size,
         local_world_size=counts.local_size, node_rank=node_rank, nnodes=nnodes,

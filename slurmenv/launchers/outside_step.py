@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..errors import SlurmEnvError
-from ..options import Options
 from . import local
 from .base import Task, foreign_mpi, interactive_step, job_id, outside_step, step_id
 
@@ -85,7 +84,7 @@ def one_task_job(environ: Mapping[str, str]) -> str | None:
     return f"{tasks}=1 and {nodes}=1"
 
 
-def read(environ: Mapping[str, str], options: Options) -> Task:
+def read(environ: Mapping[str, str]) -> Task:
     """salloc's interactive step and a job of exactly one task: one process; anywhere else
     in the job: refused."""
     one = one_task_job(environ)

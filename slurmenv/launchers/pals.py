@@ -24,10 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..errors import SlurmEnvError, is_number, parse_int, require
-from ..options import Options
-from ..ports import stable_hash
-from .base import Task, Topology
+from ..errors import SlurmEnvError, is_number
+from .base import Task, Topology, agree, hashed_id, node_sources, optional_int, read_int
 
 NAME = "pals"
 VARIABLES = (
@@ -44,6 +42,10 @@ TASK_VARIABLES = ("PALS_RANKID", "PALS_NODEID", "PALS_LOCAL_RANKID", "PALS_LOCAL
 FIX = (
     "run slurmenv inside the rank that PALS mpiexec (or srun --mpi=cray_shasta) started; "
     "PALS sets this variable in every rank"
+)
+SAME_LAUNCH = (
+    "these come from the same PALS launch: do not set them by hand, and resolve inside the "
+    "rank (a PALS_APINFO file left from another launch?)"
 )
 NODEFILE_CAVEAT = (
     "valid only when mpiexec used the default host file (no --hostfile/--hosts); pass "
@@ -67,14 +69,15 @@ def port_seed(environ: Mapping[str, str]) -> tuple[tuple[int, int] | None, str]:
         if slurm_apid:
             launch, why = int(step_text), f"PALS_APID={apid} (step {step_text})"
         elif apid:
-            launch, why = stable_hash(apid), f"PALS_APID={apid} hashed"
+            launch, why = hashed_id("PALS_APID", apid)
         else:
             launch, why = 0, "no PALS_APID: one launch per job"
         return (int(number), launch), f"PBS_JOBID={pbs_job}, {why}"
     if slurm_apid:
         return (int(job_text), int(step_text)), f"PALS_APID={apid} (Slurm's <job>.<step>)"
     if apid:
-        return (stable_hash(apid), stable_hash(apid)), f"PALS_APID={apid} hashed"
+        hashed, why = hashed_id("PALS_APID", apid)
+        return (hashed, hashed), why
     return None, "no PBS_JOBID and no PALS_APID: nothing names this launch in every rank"
 
 
@@ -147,27 +150,19 @@ class PalsLayout(Topology):
 
 
 def _number(environ: Mapping[str, str], name: str) -> int | None:
-    text = environ.get(name)
-    return None if text is None or text == "" else parse_int(name, text)
+    return optional_int(environ, name, SAME_LAUNCH)
 
 
-def _agree(environ: Mapping[str, str], names: Sequence[str], value: int, told: str) -> None:
-    """Every variable of ``names`` that is set must equal ``value`` (what ``told`` says)."""
+def _agree(environ: Mapping[str, str], names: Sequence[str], other: str, value: int) -> None:
+    """Every variable of ``names`` that is set must equal ``value``, what ``other`` tells."""
     for name in names:
-        mine = _number(environ, name)
-        if mine is not None and mine != value:
-            raise SlurmEnvError(
-                f"{name}={mine} but {told} says {value}",
-                variable=name, value=str(mine),
-                fix="these come from the same PALS launch: do not set them by hand, and resolve "
-                "inside the rank (a PALS_APINFO file left from another launch?)",
-            )
+        agree(name, _number(environ, name), other, value, SAME_LAUNCH)
 
 
-def read(environ: Mapping[str, str], options: Options) -> Task:
+def read(environ: Mapping[str, str]) -> Task:
     """One PALS rank: its place from the apinfo file, checked against the PALS/PMI values."""
-    rank = parse_int("PALS_RANKID", require(environ, "PALS_RANKID", FIX))
-    _agree(environ, ("PMI_RANK",), rank, f"PALS_RANKID={rank}")
+    rank = read_int(environ, "PALS_RANKID", FIX)
+    _agree(environ, ("PMI_RANK",), "PALS_RANKID", rank)
     path = environ.get("PALS_APINFO")
     if path:
         return apinfo_task(environ, rank, path)
@@ -188,13 +183,13 @@ def apinfo_task(environ: Mapping[str, str], rank: int, path: str) -> Task:
         )
     node, local = info.nodes[rank], info.local[rank]
     where = f"the apinfo file (PALS_APINFO, version {info.version})"
-    _agree(environ, ("PMI_SIZE",), world, f"{where}, {world} ranks,")
-    _agree(environ, ("PALS_NODEID",), node, f"{where}, node index {node} of rank {rank},")
-    _agree(environ, ("PALS_LOCAL_RANKID", "PMI_LOCAL_RANK"), local,
-           f"{where}, local index {local} of rank {rank},")  # fmt: skip
+    _agree(environ, ("PMI_SIZE",), f"the rank count of {where}", world)
+    _agree(environ, ("PALS_NODEID",), f"the node index of rank {rank} in {where}", node)
+    _agree(environ, ("PALS_LOCAL_RANKID", "PMI_LOCAL_RANK"),
+           f"the local index of rank {rank} in {where}", local)  # fmt: skip
     counts = info.counts
-    _agree(environ, ("PALS_LOCAL_SIZE", "PMI_LOCAL_SIZE"), counts[node],
-           f"{where}, {counts[node]} ranks on node {node},")  # fmt: skip
+    _agree(environ, ("PALS_LOCAL_SIZE", "PMI_LOCAL_SIZE"),
+           f"the rank count of node {node} in {where}", counts[node])  # fmt: skip
     hosts = info.hosts
     master = hosts[info.nodes[0]]
     told = f"the apinfo file PALS_APINFO (version {info.version})"  # no path: see dump
@@ -203,9 +198,7 @@ def apinfo_task(environ: Mapping[str, str], rank: int, path: str) -> Task:
         "LOCAL_RANK": f"local index of rank {rank} in {told}",
         "WORLD_SIZE": f"{world} ranks in {told}",
         "LOCAL_WORLD_SIZE": f"{counts[node]} ranks on node {node} ({hosts[node]}) in {told}",
-        "NODE_RANK": f"node index of rank {rank} in {told}",
-        "GROUP_RANK": f"node index of rank {rank} in {told}",
-        "NNODES": f"{len(hosts)} nodes in {told}",
+        **node_sources(f"node index of rank {rank} in {told}", f"{len(hosts)} nodes in {told}"),
     }
     notes: list[str] = []
     if info.ncmds > 1:
@@ -247,8 +240,8 @@ def _from_nodefile(environ: Mapping[str, str], rank: int) -> Task:
             )
     assert world is not None and local is not None and local_size is not None
     assert node is not None and path is not None
-    _agree(environ, ("PMI_LOCAL_RANK",), local, f"PALS_LOCAL_RANKID={local}")
-    _agree(environ, ("PMI_LOCAL_SIZE",), local_size, f"PALS_LOCAL_SIZE={local_size}")
+    _agree(environ, ("PMI_LOCAL_RANK",), "PALS_LOCAL_RANKID", local)
+    _agree(environ, ("PMI_LOCAL_SIZE",), "PALS_LOCAL_SIZE", local_size)
     hosts = _nodefile_hosts(path)
     if rank >= world or local >= local_size or node >= len(hosts):
         raise SlurmEnvError(
@@ -263,9 +256,9 @@ def _from_nodefile(environ: Mapping[str, str], rank: int) -> Task:
         "LOCAL_RANK": f"PALS_LOCAL_RANKID={local}",
         "WORLD_SIZE": f"PMI_SIZE={world}",
         "LOCAL_WORLD_SIZE": f"PALS_LOCAL_SIZE={local_size}",
-        "NODE_RANK": f"PALS_NODEID={node}",
-        "GROUP_RANK": f"PALS_NODEID={node}",
-        "NNODES": f"{len(hosts)} distinct hosts of {told}, {NODEFILE_CAVEAT}",
+        **node_sources(
+            f"PALS_NODEID={node}", f"{len(hosts)} distinct hosts of {told}, {NODEFILE_CAVEAT}"
+        ),
     }
     seed, seed_source = port_seed(environ)
     return Task(

@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..errors import SlurmEnvError, parse_int
-from ..options import Options
-from .base import Task, Topology, job_id, step_id
+from .base import Task, Topology, agree, job_id, node_sources, optional_int, step_id
 
 NAME = "preset"
 REQUIRED = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -42,7 +41,7 @@ def detect(environ: Mapping[str, str]) -> bool:
     return any(environ.get(name) for name in RANK_LIKE)
 
 
-def read(environ: Mapping[str, str], options: Options) -> Task:
+def read(environ: Mapping[str, str]) -> Task:
     """The hand-set variables, as they are; refused unless they describe the task fully."""
     return read_set(environ, NAME, "the environment", "hand-set variables")
 
@@ -71,8 +70,7 @@ def read_set(environ: Mapping[str, str], launcher: str, who: str, told: str) -> 
     """
 
     def number(name: str, minimum: int = 0) -> int | None:
-        text = environ.get(name)
-        return None if not text else parse_int(name, text, minimum=minimum, fix=FIX)
+        return optional_int(environ, name, FIX, minimum=minimum)
 
     world = number("WORLD_SIZE", 1)
     local_world = number("LOCAL_WORLD_SIZE", 1)
@@ -85,12 +83,8 @@ def read_set(environ: Mapping[str, str], launcher: str, who: str, told: str) -> 
             "slurmenv does not fill in a partial world by guessing",
             variable=missing[0], value=None, fix=FIX,
         )
-    for one, other in (("GROUP_RANK", "NODE_RANK"), ("GROUP_WORLD_SIZE", "NNODES")):
-        if environ.get(one) and environ.get(other) and environ[one].strip() != environ[other].strip():
-            raise SlurmEnvError(
-                f"{one}={environ[one]} and {other}={environ[other]} disagree", variable=other,
-                value=environ[other], fix=FIX,
-            )
+    for one, other, minimum in (("GROUP_RANK", "NODE_RANK", 0), ("GROUP_WORLD_SIZE", "NNODES", 1)):
+        agree(other, number(other, minimum), one, number(one, minimum), FIX)
     assert world is not None
     rank = number("RANK")
     local_rank = number("LOCAL_RANK")
@@ -131,9 +125,7 @@ def read_set(environ: Mapping[str, str], launcher: str, who: str, told: str) -> 
         "WORLD_SIZE": source("WORLD_SIZE", ""),
         "LOCAL_RANK": source("LOCAL_RANK", one),
         "LOCAL_WORLD_SIZE": source("LOCAL_WORLD_SIZE", one),
-        "NODE_RANK": source(group_name, forced),
-        "GROUP_RANK": source(group_name, forced),
-        "NNODES": source(nodes_name, forced),
+        **node_sources(source(group_name, forced), source(nodes_name, forced)),
         "MASTER_ADDR": source("MASTER_ADDR", ""),
         "MASTER_PORT": source("MASTER_PORT", ""),
     }

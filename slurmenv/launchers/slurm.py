@@ -11,8 +11,7 @@ from collections.abc import Mapping
 
 from .. import layout, nodes, ports
 from ..errors import SlurmEnvError, parse_int, require, to_int
-from ..options import Options
-from .base import Task, Topology, job_id, slurm_step_is_own, step_id
+from .base import Task, Topology, job_id, node_sources, read_int, slurm_step_is_own, step_id
 
 NAME = "slurm"
 #: The step-level variables read (job-level ones describe the allocation and are never mixed
@@ -60,17 +59,13 @@ class SlurmStep(Topology):
     def __init__(self, environ: Mapping[str, str]) -> None:
         self.environ = environ
         self.nodelist = require(environ, "SLURM_STEP_NODELIST", STEP_FIX)
-        self.nnodes = parse_int(
-            "SLURM_STEP_NUM_NODES", require(environ, "SLURM_STEP_NUM_NODES", STEP_FIX), minimum=1
-        )
-        self.ntasks = parse_int(
-            "SLURM_STEP_NUM_TASKS", require(environ, "SLURM_STEP_NUM_TASKS", STEP_FIX), minimum=1
-        )
+        self.nnodes = read_int(environ, "SLURM_STEP_NUM_NODES", STEP_FIX, minimum=1)
+        self.ntasks = read_int(environ, "SLURM_STEP_NUM_TASKS", STEP_FIX, minimum=1)
         self.tasks_per_node = require(environ, "SLURM_STEP_TASKS_PER_NODE", STEP_FIX)
         self.counts = nodes.parse_tasks_per_node(self.tasks_per_node, "SLURM_STEP_TASKS_PER_NODE")
-        self.procid = parse_int("SLURM_PROCID", require(environ, "SLURM_PROCID", STEP_FIX))
-        self.localid = parse_int("SLURM_LOCALID", require(environ, "SLURM_LOCALID", STEP_FIX))
-        self.nodeid = parse_int("SLURM_NODEID", require(environ, "SLURM_NODEID", STEP_FIX))
+        self.procid = read_int(environ, "SLURM_PROCID", STEP_FIX)
+        self.localid = read_int(environ, "SLURM_LOCALID", STEP_FIX)
+        self.nodeid = read_int(environ, "SLURM_NODEID", STEP_FIX)
         self.distribution = layout.parse_distribution(environ)
         self._nodes: nodes.NodeList | None = None
         self._placement: layout.Placement | layout.UnknownLayout | None = None
@@ -294,7 +289,7 @@ class SlurmStep(Topology):
         return [hosts[n] + suffixes[k] for n, k in zip(placed.node_of, placed.local_of)]
 
 
-def read(environ: Mapping[str, str], options: Options) -> Task:
+def read(environ: Mapping[str, str]) -> Task:
     """One task of an ordinary Slurm step (``detect`` said the SLURM_* are its own); a
     heterogeneous step (``srun A : B``) is read by ``het.py``, before this module."""
     return task(environ, SlurmStep(environ))
@@ -316,9 +311,7 @@ def task(environ: Mapping[str, str], slurm: SlurmStep) -> Task:
         "WORLD_SIZE": f"SLURM_STEP_NUM_TASKS={slurm.ntasks}",
         "LOCAL_WORLD_SIZE": f"SLURM_STEP_TASKS_PER_NODE={slurm.tasks_per_node} at "
         f"SLURM_NODEID={slurm.nodeid}",
-        "NODE_RANK": f"SLURM_NODEID={slurm.nodeid}",
-        "GROUP_RANK": f"SLURM_NODEID={slurm.nodeid}",
-        "NNODES": f"SLURM_STEP_NUM_NODES={slurm.nnodes}",
+        **node_sources(f"SLURM_NODEID={slurm.nodeid}", f"SLURM_STEP_NUM_NODES={slurm.nnodes}"),
     }
     return Task(
         launcher=NAME,

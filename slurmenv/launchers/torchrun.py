@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from .._compat import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..options import Options
     from .base import Task
 
 NAME = "torchrun"
@@ -37,7 +36,7 @@ def detect(environ: Mapping[str, str]) -> bool:
     )
 
 
-def read(environ: Mapping[str, str], options: Options) -> Task:
+def read(environ: Mapping[str, str]) -> Task:
     """The worker's variables, as torchrun set them (all of them, or refused)."""
     from . import preset
 
