@@ -27,6 +27,7 @@ from ._compat import TYPE_CHECKING
 from .errors import SlurmEnvError, parse_int
 from .launchers.base import Task
 from .options import Options
+from .render import RANK_FIELDS
 from .resolution import Resolution
 
 if TYPE_CHECKING:
@@ -37,8 +38,19 @@ if TYPE_CHECKING:
 
 #: Rank-like variables another layer (often the batch script) may have set: each must agree
 #: with the task's own value, for every launcher, or the resolution is refused.
-RANK_LIKE = (
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "NNODES",
+RANK_LIKE = tuple(RANK_FIELDS)
+#: The :class:`Task` fields a Resolution carries as they are, under the same names: with
+#: :func:`carried`, the one mapping from a launcher's Task to the Resolution.
+CARRIED = (
+    "launcher", "rank", "local_rank", "world_size", "local_world_size", "node_rank", "nnodes",
+    "hostname", "topology", "job_id", "step_id", "fixed", "origin", "origin_fix", "label",
+    "in_worker", "unknown",
+)
+#: The other Task fields: what derive turns into the address, the ports, the sources, the notes
+#: and the bindings (tests/test_registry.py: every Task field is in exactly one of the two).
+CONSUMED = (
+    "sources", "notes", "master_host", "master_source", "port_seed", "port_seed_source",
+    "reserved_ports", "own_bindings", "free_port", "launch_key",
 )
 #: Variables that describe the step, not a user's choice: an inherited value is replaced.
 REPLACED = ("MASTER_ADDR", "TF_CONFIG")
@@ -93,27 +105,21 @@ def resolution(
     sources.update(binding_sources)
     notes.extend(binding_notes)
     return Resolution(
-        launcher=task.launcher, rank=task.rank, local_rank=task.local_rank,
-        world_size=task.world_size, local_world_size=task.local_world_size,
-        node_rank=task.node_rank, nnodes=task.nnodes, master_addr=master_addr,
-        master_port=plan.master, hostname=task.hostname, job_id=task.job_id,
-        step_id=task.step_id, sources=sources, notes=notes, tf_chief=options.tf_chief,
-        topology=topology, tf_config=tf_config, bindings=bindings, gpus=gpus,
-        gpu_source=gpu_source, fixed=task.fixed, origin=task.origin,
-        origin_fix=task.origin_fix, label=task.label or task.launcher, in_worker=task.in_worker,
-        unknown=task.unknown,
+        **carried(task), master_addr=master_addr, master_port=plan.master, sources=sources,
+        notes=notes, tf_chief=options.tf_chief, tf_config=tf_config, bindings=bindings,
+        gpus=gpus, gpu_source=gpu_source,
     )
+
+
+def carried(task: Task) -> dict[str, Any]:
+    """The :data:`CARRIED` fields of ``task``, as keywords of :class:`Resolution`."""
+    return {name: getattr(task, name) for name in CARRIED}
 
 
 def check_inherited(task: Task, environ: Mapping[str, str]) -> list[str]:
     """Rank-like values another layer set (often the batch script) must agree with this
     task's own; values the launcher itself set (``task.fixed``) are the task's own."""
     notes = []
-    mine = {
-        "RANK": task.rank, "LOCAL_RANK": task.local_rank, "WORLD_SIZE": task.world_size,
-        "LOCAL_WORLD_SIZE": task.local_world_size, "NODE_RANK": task.node_rank,
-        "GROUP_RANK": task.node_rank, "NNODES": task.nnodes,
-    }
     for name in RANK_LIKE:
         inherited = environ.get(name)
         if inherited is None or inherited == "" or name in task.fixed:
@@ -125,9 +131,10 @@ def check_inherited(task: Task, environ: Mapping[str, str]) -> list[str]:
                 "replaced", variable=name, value=inherited,
                 fix=f"unset {name} before starting the tasks and let slurmenv set the others",
             )
-        if inherited.strip() != str(mine[name]):
+        mine = getattr(task, RANK_FIELDS[name])
+        if inherited.strip() != str(mine):
             raise SlurmEnvError(
-                f"{name}={inherited} is already set but this task's value is {mine[name]} "
+                f"{name}={inherited} is already set but this task's value is {mine} "
                 f"({task.sources.get(name, task.launcher)}): it was probably exported in the "
                 "batch script or by an outer launcher",
                 variable=name,

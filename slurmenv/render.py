@@ -27,6 +27,13 @@ TORCH_NAMES = (
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
     "NNODES", "MASTER_ADDR", "MASTER_PORT",
 )
+#: Each rank-like output and the field of the Resolution (and of the launcher's Task, under
+#: the same name) that holds its value: ``GROUP_RANK`` is torchrun's name for ``NODE_RANK``.
+RANK_FIELDS = {
+    "RANK": "rank", "LOCAL_RANK": "local_rank", "WORLD_SIZE": "world_size",
+    "LOCAL_WORLD_SIZE": "local_world_size", "NODE_RANK": "node_rank", "GROUP_RANK": "node_rank",
+    "NNODES": "nnodes",
+}
 TF_NAMES = ("TF_CONFIG",)
 #: torchrun's own variables for its options: a plain ``torchrun train.py`` per node joins the
 #: step (slurmenv/torchrun.py; not part of "all").
@@ -61,12 +68,9 @@ def env(res: Resolution, for_: str = "all") -> dict[str, str]:
     if for_ == "torchrun":
         return pet_env(res)
     values = {
-        "RANK": res.rank, "LOCAL_RANK": res.local_rank, "WORLD_SIZE": res.world_size,
-        "LOCAL_WORLD_SIZE": res.local_world_size,
-        "MASTER_ADDR": res.master_addr, "MASTER_PORT": res.master_port,
+        name: getattr(res, field) for name, field in RANK_FIELDS.items() if name not in res.unknown
     }
-    if not res.unknown:
-        values.update(NODE_RANK=res.node_rank, GROUP_RANK=res.node_rank, NNODES=res.nnodes)
+    values.update(MASTER_ADDR=res.master_addr, MASTER_PORT=res.master_port)
     out: dict[str, str] = {}
     for name in OUTPUTS[for_]:
         if name in res.unknown:

@@ -3,6 +3,7 @@ same interface, and the one shared precedence of address and port (``slurmenv/de
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 from pathlib import Path
@@ -155,3 +156,37 @@ def test_bindings_left_alone_when_the_slurm_variables_are_not_the_tasks() -> Non
     assert mine.bindings.get("CUDA_VISIBLE_DEVICES") == "1"
     other = derive.resolution(task(own_bindings=False), env, Options(bind_gpus=True), None)
     assert dict(other.bindings) == {} and any("left alone" in n for n in other.notes)
+
+
+def test_every_task_field_is_carried_or_consumed() -> None:
+    # derive.CARRIED is the one mapping from a Task to its Resolution: a new Task field must be
+    # named there (carried as it is) or in derive.CONSUMED (turned into something else)
+    carried, consumed = set(derive.CARRIED), set(derive.CONSUMED)
+    assert not carried & consumed
+    assert carried | consumed == set(base.Task._fields)
+    accepted = set(inspect.signature(slurmenv.Resolution).parameters)
+    assert carried <= accepted, carried - accepted
+
+
+def test_resolution_carries_the_tasks_fields() -> None:
+    class Shape(base.Topology):
+        tasks_per_node = "2(x2)"
+
+    shape = Shape()
+    values = {
+        "launcher": "carried", "rank": 3, "local_rank": 1, "world_size": 4,
+        "local_world_size": 2, "node_rank": 1, "nnodes": 2, "hostname": "b", "topology": shape,
+        "job_id": "77", "step_id": "5", "fixed": {"TF_CONFIG": "{}"}, "origin": "a test task",
+        "origin_fix": "none needed", "label": "test label", "in_worker": True, "unknown": (),
+    }
+    assert set(values) == set(derive.CARRIED)
+    res = derive.resolution(task(**values), {}, Options(), None)
+    for name, value in values.items():
+        if name == "topology":
+            assert res.tasks_per_node == "2(x2)"
+        else:
+            assert getattr(res, name) == value, name
+    unknown = ("NODE_RANK", "GROUP_RANK", "NNODES")
+    res = derive.resolution(task(unknown=unknown), {}, Options(), None)
+    assert res.unknown == unknown
+    assert derive.resolution(task(label=""), {}, Options(), None).label == "test"  # the launcher
