@@ -67,7 +67,11 @@ def _run(name: str, function: Callable[[Context], Check], ctx: Context) -> Check
         )
 
 
-@check("step", "step")
+@check(
+    "step", "step",
+    "inside a job step, or the batch script / an `salloc` shell (where every task would get "
+    "rank 0), an interactive step, no Slurm at all, or variables set by torchrun",
+)
 def _check_step(ctx: Context) -> Check:
     env = ctx.environ
     res = ctx.res
@@ -91,7 +95,11 @@ def _check_step(ctx: Context) -> Check:
     return Check("step", OK, f"{res.origin}: rank {res.rank} of {res.world_size}")
 
 
-@check("counts", "counts")
+@check(
+    "counts", "counts",
+    "the step's counts agree with each other and with this task's `SLURM_NODEID`, "
+    "`SLURM_LOCALID`, `SLURM_GTIDS`; no `RANK`/`WORLD_SIZE` left over from the batch script",
+)
 def _check_counts(ctx: Context) -> Check:
     category = ctx.err_category()
     if ctx.err is not None and category in ("counts", "options"):
@@ -139,7 +147,12 @@ def _template_fix(ctx: Context) -> str:
         "that does with --addr-template/SLURMENV_ADDR_TEMPLATE (e.g. '{host}-ib')"
 
 
-@check("master-name", "master name")
+@check(
+    "master-name", "master name",
+    "`MASTER_ADDR` resolves on this node, and to which address; a loopback answer (`127.0.1.1` "
+    "from a hosts file) is an error for a multi-node step. The only DNS lookup slurmenv makes "
+    "without being asked",
+)
 def _check_master_name(ctx: Context) -> Check:
     res = ctx.res
     if res is None:
@@ -175,7 +188,12 @@ def _check_master_name(ctx: Context) -> Check:
     return Check("master-name", OK, what)
 
 
-@check("interface", "interface")
+@check(
+    "interface", "interface",
+    "which local interface reaches the master (the kernel's route, psutil for the name) and the"
+    " `NCCL_SOCKET_IFNAME` / `GLOO_SOCKET_IFNAME` that follow; an error if they are already set"
+    " and exclude it",
+)
 def _check_interface(ctx: Context) -> Check:
     res = ctx.res
     if res is None:
@@ -246,7 +264,15 @@ def _inherited_port(ctx: Context) -> str | None:
     )
 
 
-@check("ports", "ports")
+@check(
+    "ports", "ports",
+    "the ports this node's tasks will listen on (`MASTER_PORT` on rank 0's node, each local "
+    "task's TensorFlow port): inside the ephemeral range, or already listening on this node "
+    "(psutil, with the owner's PID; a listener of the same step is fine); a warning when "
+    "`MASTER_PORT` was inherited inside a Slurm job (e.g. `export MASTER_PORT=29500` in the "
+    "batch script): every step of the job takes it instead of a port of its own, so concurrent "
+    "steps collide — unset it, or `srun --resv-ports=N`",
+)
 def _check_ports(ctx: Context) -> Check:
     if ctx.err is not None and ctx.err_category() == "ports":
         return from_error("ports", ctx.err)
@@ -323,7 +349,15 @@ def _targets(ctx: Context) -> list[str]:
     return []
 
 
-@check("proxy", "proxy")
+@check(
+    "proxy", "proxy",
+    "`grpc_proxy`/`https_proxy`/`http_proxy` set without the step's nodes in "
+    "`no_grpc_proxy`/`no_proxy`, with gRPC's own rules (lowercase names only, first one set "
+    "wins, an empty value means none, suffix match, CIDR for addresses): TensorFlow and JAX "
+    "would send the tasks' connections to the proxy — the reason Jean Zay's documentation says "
+    "to unset proxies for multi-node jobs. An error, a warning with `--for torch` "
+    "(torch.distributed uses no proxy)",
+)
 def _check_proxy(ctx: Context) -> Check:
     env = ctx.environ
     chosen = grpc_proxy(env)
@@ -362,7 +396,12 @@ def _check_proxy(ctx: Context) -> Check:
     )
 
 
-@check("gpus", "GPUs")
+@check(
+    "gpus", "GPUs",
+    "the GPUs visible to this task against the tasks on its node: shared and picked by "
+    "`LOCAL_RANK`, bound one per task (use `cuda:0`), idle GPUs, tasks sharing a GPU, a list "
+    "unset by the job script",
+)
 def _check_gpus(ctx: Context) -> Check:
     res = ctx.res
     if res is None:
@@ -432,7 +471,11 @@ def _check_gpus(ctx: Context) -> Check:
     )
 
 
-@check("threads", "threads")
+@check(
+    "threads", "threads",
+    "`OMP_NUM_THREADS` against the CPUs per task (`SLURM_CPUS_PER_TASK`, the task's CPU "
+    "affinity, `SLURM_CPUS_ON_NODE`), including the value slurmenv itself will set",
+)
 def _check_threads(ctx: Context) -> Check:
     res = ctx.res
     if res is None:
@@ -509,7 +552,11 @@ def _check_threads(ctx: Context) -> Check:
     return Check("threads", OK, "OMP_NUM_THREADS unset; no CPU oversubscription seen")
 
 
-@check("tf-config", "TF_CONFIG")
+@check(
+    "tf-config", "TF_CONFIG",
+    "its size against Linux's 128 KiB limit for one variable; a different `TF_CONFIG` left in "
+    "the environment",
+)
 def _check_tf_config(ctx: Context) -> Check:
     if ctx.for_ in ("torch", "torchrun"):
         return Check("tf-config", SKIPPED, "not asked for (--for torch)")
@@ -553,7 +600,14 @@ def _check_tf_config(ctx: Context) -> Check:
     return Check("tf-config", OK, message)
 
 
-@check("lightning", "Lightning")
+@check(
+    "lightning", "Lightning",
+    "when Lightning is installed, what its own `SLURMEnvironment` would make of this step: rank"
+    " and world size from `SLURM_PROCID`/`SLURM_NTASKS`, `SLURM_NTASKS_PER_NODE` against the "
+    "step's tasks per node, tasks spread unevenly over nodes, a job named `bash` or "
+    "`interactive` (then Lightning numbers ranks itself); the fix is "
+    "`slurmenv.lightning.Environment()`",
+)
 def _check_lightning(ctx: Context) -> Check:
     """What Lightning's own cluster environment would make of this step, when Lightning is
     installed (found, not imported): it refuses or misnumbers steps that the plugin

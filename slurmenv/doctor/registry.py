@@ -1,7 +1,8 @@
 """The doctor's checks, in the order they run and are printed.
 
 A check is one function ``(Context) -> Check`` registered with :func:`check`; the order of
-registration (the order of the functions in ``checks.py``) is the order of the report.
+registration (the order of the functions in ``checks.py``) is the order of the report. Each
+says in one line what it looks at: :func:`markdown` makes docs/debugging.md's table of them.
 """
 
 from __future__ import annotations
@@ -19,16 +20,30 @@ if TYPE_CHECKING:
 CHECKS: dict[str, str] = {}
 #: The check functions, in the same order.
 FUNCTIONS: list[CheckFunction] = []
+#: name -> what the check looks at (Markdown, one line): docs/debugging.md's table.
+LOOKS_AT: dict[str, str] = {}
 
 
-def check(name: str, label: str) -> Callable[[CheckFunction], CheckFunction]:
-    """Register the decorated function as the check ``name``, shown as ``label``."""
+def check(name: str, label: str, looks_at: str) -> Callable[[CheckFunction], CheckFunction]:
+    """Register the decorated function as the check ``name``, shown as ``label``; ``looks_at``
+    says what it looks at, for the docs."""
+
+    if not looks_at.strip() or "\n" in looks_at or "|" in looks_at:
+        raise ValueError(f"doctor check {name!r}: looks_at is one line without '|'")
 
     def register(function: CheckFunction) -> CheckFunction:
         if name in CHECKS:
             raise ValueError(f"doctor check {name!r} is registered twice")
         CHECKS[name] = label
+        LOOKS_AT[name] = looks_at
         FUNCTIONS.append(function)
         return function
 
     return register
+
+
+def markdown() -> str:
+    """docs/debugging.md's table: every check (in print order) and what it looks at."""
+    lines = ["| check | what it looks at |", "|---|---|"]
+    lines += [f"| `{label}` | {LOOKS_AT[name]} |" for name, label in CHECKS.items()]
+    return "\n".join(lines)

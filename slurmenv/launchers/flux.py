@@ -34,6 +34,17 @@ VARIABLES = (
 PREFIXES: tuple[str, ...] = ()  # every variable read is named in VARIABLES
 #: Set only in a task a Flux job shell started (local.py refuses the single-process default).
 TASK_VARIABLES = ("FLUX_TASK_RANK", "FLUX_TASK_LOCAL_ID")
+#: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
+CLAIMS = (
+    {
+        "name": "Flux (`flux run`, `-o pmi=cray-pals`)",
+        "started_by": "Flux `flux run` (`-o pmi=cray-pals` for the layout)",
+        "signal": "`FLUX_TASK_RANK`", "status": "documented variables only",
+        "source": "flux-core's `src/shell/task.c`, flux-coral2's `cray_pals.c`; fixtures",
+        "tests": ("tests/test_flux.py (on `tests/fixtures/beyond/flux.json`)",),
+        "page": "launchers-beyond-slurm.md",
+    },
+)
 FIX = "run slurmenv inside a task that flux run/submit started; Flux sets this in every task"
 SAME_JOB = "these come from the same Flux job: do not set them by hand"
 LAYOUT_FIX = (

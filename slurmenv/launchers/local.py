@@ -11,6 +11,20 @@ from .base import Task, Topology, node_sources
 NAME = "local"
 VARIABLES: tuple[str, ...] = ()
 PREFIXES: tuple[str, ...] = ()
+#: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
+CLAIMS = (
+    {
+        "name": "no launcher", "started_by": "nothing", "signal": "-", "status": "unit tests",
+        "what": "a single process; refused when /proc shows a Slurm step whose variables were "
+                "scrubbed",
+        "tests": (
+            "tests/test_resolve.py::test_not_under_slurm_is_one_local_process",
+            "tests/test_fail_closed.py::test_single_process_only_without_any_launcher_variable",
+            "tests/test_real_fail_closed.py::test_scrubbed_environment_in_srun_tasks_is_refused",
+            "tests/test_real_fail_closed.py::test_scrubbed_batch_script_is_a_single_process",
+        ),
+    },
+)
 #: The single-process fallback: refused when /proc shows a scrubbed Slurm step
 #: (launchers.resolve, evidence.py); the only launcher that pays for reading /proc.
 FALLBACK = True

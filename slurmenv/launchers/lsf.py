@@ -35,6 +35,16 @@ PREFIXES: tuple[str, ...] = ()  # every variable read is named in VARIABLES
 #: Set only in a task jsrun started (local.py refuses the single-process default then).
 TASK_VARIABLES = ("JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_LOCAL_RANK",
                   "JSM_NAMESPACE_LOCAL_SIZE")
+#: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
+CLAIMS = (
+    {
+        "name": "LSF `jsrun`", "started_by": "LSF `jsrun`", "signal": "`JSM_NAMESPACE_RANK`",
+        "status": "documented variables only",
+        "source": "IBM's Job Step Manager and the sites' documentation; fixtures",
+        "tests": ("tests/test_lsf.py (on `tests/fixtures/beyond/lsf_jsrun.json`)",),
+        "page": "launchers-beyond-slurm.md",
+    },
+)
 FIX = "run slurmenv inside a task that jsrun started; jsrun sets this in every task"
 SAME_JSRUN = "these come from the same jsrun: do not set them by hand"
 

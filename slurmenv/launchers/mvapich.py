@@ -30,6 +30,19 @@ PREFIXES: tuple[str, ...] = ()  # every variable read is named in VARIABLES
 #: Set only in a rank mpirun_rsh started; not MV2_* settings (local.py).
 TASK_VARIABLES = COUNTS
 WHO = "MVAPICH2's mpirun_rsh"
+#: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
+CLAIMS = (
+    {
+        "name": "MVAPICH2 `mpirun_rsh`", "started_by": "MVAPICH2 `mpirun_rsh`",
+        "signal": "`MV2_COMM_WORLD_RANK`", "status": "documented variables only",
+        "source": "its user guide", "what": "one node, or refused over several",
+        "tests": (
+            ("tests/test_mpi.py::test_mvapich_one_node_resolves_several_nodes_refused (synthetic, "
+             "from its user guide)"),
+        ),
+        "mpi": True,
+    },
+)
 
 
 def detect(environ: Mapping[str, str]) -> bool:

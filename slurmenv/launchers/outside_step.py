@@ -24,6 +24,22 @@ VARIABLES = (
     "SLURM_NNODES", "SLURM_TASKS_PER_NODE",
 )  # fmt: skip
 PREFIXES: tuple[str, ...] = ()
+#: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
+CLAIMS = (
+    {
+        "name": "batch script or `salloc` shell", "started_by": "batch script / salloc shell",
+        "signal": "`SLURM_JOB_ID` without a step", "status": "proven on the real cluster",
+        "version": "Slurm 22.05.8",
+        "what": "refused (every task would be rank 0); a job of one task and salloc's "
+                "interactive step are one process",
+        "tests": (
+            "tests/test_real_cluster.py::test_batch_script_is_refused",
+            "tests/test_real_cluster.py::test_interactive_step_is_a_single_process",
+            "tests/test_real_fail_closed.py::test_one_task_batch_script_resolves_and_cannot_mislead_later_steps",
+            "tests/test_real_fail_closed.py::test_other_jobs_are_still_refused_in_the_batch_script",
+        ),
+    },
+)
 OUTSIDE_STEP_FIX = (
     "evaluate slurmenv inside the job step, in every task: "
     "srun bash -c 'eval $(slurmenv export); python train.py' (single quotes, so the batch "

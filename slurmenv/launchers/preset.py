@@ -16,6 +16,19 @@ VARIABLES = REQUIRED + (
     "TF_CONFIG", "HOSTNAME",
 )
 PREFIXES: tuple[str, ...] = ()
+#: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
+CLAIMS = (
+    {
+        "name": "variables set by hand", "started_by": "variables set by hand",
+        "signal": "`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`", "status": "unit tests",
+        "what": "taken as given when complete, refused when partial",
+        "tests": (
+            "tests/test_resolve.py::test_hand_set_values_outside_slurm_are_reported",
+            "tests/test_fail_closed.py::test_partial_hand_set_variables_are_refused",
+            "tests/test_fail_closed.py::test_a_complete_hand_set_world_is_taken_as_it_is_and_says_so",
+        ),
+    },
+)
 #: The names whose values, when set, the launcher fixed (they win as they are).
 SET_NAMES = (
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",

@@ -26,6 +26,19 @@ PREFIXES: tuple[str, ...] = ()  # every variable read is named in VARIABLES
 #: Set only in a process torchrun started (local.py refuses the single-process default then).
 TASK_VARIABLES = (MARKER, "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
                   "ROLE_RANK", "ROLE_WORLD_SIZE")
+#: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
+CLAIMS = (
+    {
+        "name": "torchrun", "started_by": "`torchrun` workers", "signal": "`TORCHELASTIC_RUN_ID`",
+        "status": "proven on the real cluster", "version": "torch 2.13.0 under Slurm 22.05.8",
+        "what": "real torchrun workers in srun tasks, 2 nodes x 2 workers",
+        "tests": (
+            ("tests/test_real_lightning.py::test_fabric_and_trainer_under_slurmenv_torchrun "
+             "(`slurmenv.lightning` resolves each worker)"),
+            "tests/test_resolve.py::test_torchrun_inside_srun_wins_and_is_reported",
+        ),
+    },
+)
 
 
 def detect(environ: Mapping[str, str]) -> bool:

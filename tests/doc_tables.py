@@ -1,0 +1,110 @@
+"""The tables the docs generate from the code: each lies between two markers in its page,
+
+    <!-- generated: NAME; ... -->
+
+    ...
+
+    <!-- end generated -->
+
+and is what :data:`BLOCKS` renders for NAME (tests/test_doc_tables.py checks every page).
+Rewrite them after changing a declaration (a launcher's ``CLAIMS``, a doctor check)::
+
+    python tests/doc_tables.py --update
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import sys
+from collections.abc import Callable
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+REGENERATE = "python tests/doc_tables.py --update"
+START = re.compile(r"^<!-- generated: ([\w-]+)(?:;[^>]*)? -->$")
+END = "<!-- end generated -->"
+
+
+def _launchers(render: str) -> Callable[[], str]:
+    def block() -> str:
+        from slurmenv.launchers import table
+
+        return str(getattr(table, render)(table.claims()))
+
+    return block
+
+
+def _doctor_checks() -> str:
+    from slurmenv.doctor import registry
+
+    return registry.markdown()
+
+
+#: block name -> (what renders it, where its source of truth is declared)
+BLOCKS: dict[str, tuple[Callable[[], str], str]] = {
+    "launchers": (_launchers("launchers"), "the CLAIMS of slurmenv/launchers/*.py"),
+    "launcher-tests": (_launchers("launcher_tests"), "the CLAIMS of slurmenv/launchers/*.py"),
+    "mpi-versions": (_launchers("mpi_versions"), "the CLAIMS of slurmenv/launchers/*.py"),
+    "beyond-slurm": (_launchers("beyond_slurm"), "the CLAIMS of slurmenv/launchers/*.py"),
+    "doctor-checks": (_doctor_checks, "the @check registrations of slurmenv/doctor/checks.py"),
+}
+
+
+def start_marker(name: str) -> str:
+    return (f"<!-- generated: {name}; from {BLOCKS[name][1]} by `{REGENERATE}`, "
+            "do not edit by hand -->")
+
+
+def pages() -> list[pathlib.Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def blocks(text: str) -> list[tuple[str, int, int]]:
+    """The generated blocks of a page: (name, line of the start marker, line of the end
+    marker), 0-based; ValueError for a marker without its pair or an unknown name."""
+    found, start, name = [], None, ""
+    for number, line in enumerate(text.splitlines()):
+        match = START.match(line.strip())
+        if match:
+            if start is not None:
+                raise ValueError(f"line {number + 1}: a start marker inside block {name}")
+            start, name = number, match.group(1)
+            if name not in BLOCKS:
+                raise ValueError(f"line {number + 1}: unknown generated block {name!r}")
+        elif line.strip() == END:
+            if start is None:
+                raise ValueError(f"line {number + 1}: an end marker without a start")
+            found.append((name, start, number))
+            start = None
+    if start is not None:
+        raise ValueError(f"line {start + 1}: block {name} has no end marker")
+    return found
+
+
+def regenerated(text: str) -> str:
+    """The page with every generated block rendered from the code now."""
+    lines = text.splitlines()
+    for name, start, end in reversed(blocks(text)):
+        body = BLOCKS[name][0]().splitlines()
+        lines[start:end + 1] = [start_marker(name), "", *body, "", END]
+    return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
+
+
+def update() -> int:
+    changed = 0
+    for page in pages():
+        text = page.read_text(encoding="utf-8")
+        new = regenerated(text)
+        if new != text:
+            page.write_text(new, encoding="utf-8")
+            changed += 1
+            print(f"rewrote {page.relative_to(ROOT)}")
+    print(f"{changed} pages rewritten")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    if sys.argv[1:] != ["--update"]:
+        sys.exit(f"usage: {REGENERATE}")
+    sys.exit(update())
