@@ -1,4 +1,10 @@
-"""``slurmenv`` command line: a thin layer over :func:`slurmenv.resolve`."""
+"""``slurmenv`` command line: a thin layer over :func:`slurmenv.resolve`.
+
+``main`` dispatches: ``export``, ``exec`` and ``help`` are here; ``show``, ``doctor``, ``dump``
+and ``torchrun`` live in their own modules, loaded by name when used (:data:`EXTERNAL`). What
+the commands share (the resolution options, error messages, failing closed) is in
+``commandline.py``, below all of them; export's common path does not load it.
+"""
 
 from __future__ import annotations
 
@@ -8,22 +14,16 @@ from collections.abc import Sequence
 
 from . import __version__, options, render, resolve
 from ._compat import TYPE_CHECKING
-from .errors import SlurmEnvError, printable
+from .errors import SlurmEnvError
 from .render import FORMATS, SHELLS
-from .resolution import OUTPUTS, Resolution
 
 if TYPE_CHECKING:
     import argparse  # imported for real only when argparse parses (see _fast_args)
-    from typing import NoReturn
 
     from .options import Arg
 
 
-#: The command-line options of every command besides the options table's (see options.Arg).
-FOR: Arg = ("--for", {
-    "dest": "for_", "default": None, "choices": tuple(sorted(OUTPUTS)),
-    "help": options.FOR_HELP + f" (also {options.FOR_VARIABLE})",
-})
+#: export's own options besides the resolution options (see options.Arg).
 SHELL: Arg = ("--shell", {"dest": "shell", "default": None, "choices": SHELLS,
                           "help": "shell syntax (default sh)"})
 FORMAT: Arg = ("--format", {"dest": "format", "default": None, "choices": FORMATS,
@@ -34,13 +34,7 @@ FAST_COMMANDS = ("export", "exec")  # parsed by _fast_args without argparse when
 def command_args(command: str) -> list[Arg]:
     """The options of ``export`` or ``exec``, as argparse gets them and _fast_args reads them."""
     own = [SHELL, FORMAT] if command == "export" else []
-    return [*own, *options.arguments(), FOR]
-
-
-def add_resolution_options(parser: argparse.ArgumentParser) -> None:
-    """The options every resolving command takes (the options table, and --for)."""
-    group = parser.add_argument_group("resolution options (also SLURMENV_* variables)")
-    options.add_arguments(group, [*options.arguments(), FOR])
+    return [*own, *options.arguments(), options.FOR]
 
 
 def add_export_options(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +44,8 @@ def add_export_options(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     import argparse
+
+    from .commandline import add_resolution_options
 
     parser = argparse.ArgumentParser(
         prog="slurmenv",
@@ -75,30 +71,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def resolve_from_args(args: argparse.Namespace) -> Resolution:
-    """Resolve with the options parsed by ``add_resolution_options``."""
-    return resolve(**options.given_in(args))
-
-
-def print_error(exc: SlurmEnvError) -> None:
-    """Write a resolution error to stderr, prefixed like every slurmenv message."""
-    sys.stderr.write(printable(f"slurmenv: error: {exc}") + "\n")
-
-
-def usage_error(message: str) -> NoReturn:
-    """Refuse a command line the way argparse does (main then makes ``eval`` stop)."""
-    sys.stderr.write(f"slurmenv: error: {message}\n")
-    raise SystemExit(2)
-
-
+# export and exec resolve as commandline.resolve_from_args does, and import commandline only to
+# refuse: the path of every task of a step loads no module for it.
 def cmd_export(args: argparse.Namespace) -> int:
     if args.shell and args.format:
+        from .commandline import usage_error
+
         usage_error("give --shell or --format, not both")
     fmt = args.format or args.shell or "sh"
     try:
-        values = resolve_from_args(args).env(options.outputs(os.environ, args.for_))
+        values = resolve(**options.given_in(args)).env(options.outputs(os.environ, args.for_))
         text = render.render(values, fmt)  # csh refuses a value with a newline
     except SlurmEnvError as exc:
+        from .commandline import fail_closed, print_error
+
         print_error(exc)
         # Make `eval $(slurmenv export); python train.py` stop before python in a script.
         fail_closed(args.format or args.shell)
@@ -124,10 +110,14 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv or not argv[0]:
+        from .commandline import usage_error
+
         usage_error("exec needs a command: slurmenv exec -- python train.py")
     try:
-        values = resolve_from_args(args).env(options.outputs(os.environ, args.for_))
+        values = resolve(**options.given_in(args)).env(options.outputs(os.environ, args.for_))
     except SlurmEnvError as exc:
+        from .commandline import print_error
+
         print_error(exc)
         return 1
     os.environ.update(values)
@@ -150,11 +140,14 @@ def cmd_help(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"export": cmd_export, "exec": cmd_exec, "help": cmd_help}
-# Commands that live in their own module (imported only when used): name -> (module, help).
+# Commands that live in their own module (imported only when used): name -> (the module with
+# its main(argv), help).
 EXTERNAL = {
     "show": ("slurmenv.show", "every value with the variables it came from"),
-    "doctor": ("slurmenv.doctor", "check this task for what makes training hang; a fix each"),
-    "dump": ("slurmenv.dump", "write what slurmenv reads here to a file to replay elsewhere"),
+    "doctor": ("slurmenv.doctor.command",
+               "check this task for what makes training hang; a fix each"),
+    "dump": ("slurmenv.dump.command",
+             "write what slurmenv reads here to a file to replay elsewhere"),
     "torchrun": ("slurmenv.torchrun", "run torchrun once per node with its options filled in"),
 }
 
@@ -204,7 +197,9 @@ def _silence_stdout() -> None:
 
 
 def _fail_closed_quietly(fmt: str | None) -> None:
-    """:func:`fail_closed`, when stdout can still be written to."""
+    """``commandline.fail_closed``, when stdout can still be written to."""
+    from .commandline import fail_closed
+
     try:
         fail_closed(fmt)
     except (OSError, ValueError):
@@ -223,6 +218,8 @@ def _run(argv: list[str]) -> int:
     if argv and not argv[0].startswith("-") and argv[0] not in (*COMMANDS, *EXTERNAL):
         import difflib
 
+        from .commandline import usage_error
+
         close = difflib.get_close_matches(argv[0], [*COMMANDS, *EXTERNAL], n=1, cutoff=0.6)
         usage_error(f"unknown command {argv[0]!r}"
                     + (f": did you mean '{close[0]}'?" if close else "")
@@ -234,18 +231,7 @@ def _run(argv: list[str]) -> int:
     return COMMANDS[args.command](args)
 
 
-# --- failing closed -------------------------------------------------------------------------
-def fail_closed(fmt: str | None) -> None:
-    """Print the failure text of shell ``fmt`` (None: the calling shell's, else sh's), which
-    ``eval`` turns into an exit from a script but not from an interactive shell. Nothing for
-    a data format (``--format``) or when stdout is a terminal: then nobody evaluates it."""
-    isatty = getattr(sys.stdout, "isatty", None)
-    if fmt in FORMATS or (isatty is not None and isatty()):  # not for eval
-        return
-    sys.stdout.write(render.FAILURE.get(fmt or _calling_shell(), render.FAILURE["sh"]))
-    sys.stdout.flush()
-
-
+# --- the shell whose failure text main prints (commandline.fail_closed) -------------------
 def _asked_format(argv: Sequence[str]) -> str | None:
     """The shell (``--shell``) or format (``--format``) a command line asks for, or None."""
     for i, token in enumerate(argv):
@@ -258,20 +244,6 @@ def _asked_format(argv: Sequence[str]) -> str | None:
             if value in SHELLS or value in FORMATS:
                 return value
     return None
-
-
-def _calling_shell() -> str:
-    """``fish``, ``csh`` or ``tcsh`` when the parent process is that shell, else ``sh``.
-
-    Only for the failure text of a command line that names no shell (``eval (slurmenv)``
-    in fish): sh's text is a mere syntax error there, after which fish and csh go on.
-    """
-    try:
-        with open(f"/proc/{os.getppid()}/comm", encoding="utf-8", errors="replace") as handle:
-            name = handle.read().strip()
-    except OSError:
-        return "sh"
-    return name if name in ("fish", "csh", "tcsh") else "sh"
 
 
 # --- export and exec without argparse ------------------------------------------------------

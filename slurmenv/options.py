@@ -357,6 +357,10 @@ FOR_HELP = (
     "which variables: torch (RANK, ..., MASTER_PORT), tf (TF_CONFIG), all (default: torch and "
     "tf) or torchrun (PET_NNODES, ...: options of one plain torchrun per node)"
 )
+#: ``--for``, which every resolving command takes (``commandline.add_resolution_options``) and
+#: export/exec's parser without argparse reads (``cli.command_args``).
+FOR: Arg = ("--for", {"dest": "for_", "default": None, "choices": OUTPUT_SETS,
+                      "help": f"{FOR_HELP} (also {FOR_VARIABLE})"})
 
 
 def outputs(environ: Mapping[str, str], given: str | None = None) -> str:

@@ -17,7 +17,38 @@ from ._compat import TYPE_CHECKING
 from .errors import SlurmEnvError
 
 if TYPE_CHECKING:
-    from .resolution import Resolution
+    from typing import Any, Protocol
+
+    class Resolution(Protocol):
+        """What the outputs are computed from: the attributes of a ``slurmenv.Resolution`` that
+        this module reads. A Protocol, since resolution.py imports this module (mypy checks
+        that a Resolution has them wherever one is passed)."""
+
+        launcher: str
+        rank: int
+        local_rank: int
+        world_size: int
+        local_world_size: int
+        unknown: tuple[str, ...]
+        master_addr: str
+        master_port: int
+        hostname: str
+        job_id: str | None
+        step_id: str | None
+        sources: Mapping[str, str]
+        bindings: Mapping[str, str]
+        gpus: tuple[str, ...] | None
+        gpu_source: str
+        in_worker: bool
+
+        @property
+        def node_rank(self) -> int: ...
+        @property
+        def nnodes(self) -> int: ...
+        @property
+        def tasks_per_node(self) -> str | None: ...
+        @property
+        def tf_config(self) -> dict[str, Any]: ...
 
 SHELLS = ("sh", "bash", "zsh", "fish", "csh", "tcsh")
 FORMATS = ("json", "dotenv")

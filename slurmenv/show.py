@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import gpus, options, tfconfig
-from .cli import add_resolution_options, print_error, resolve_from_args
+from .commandline import add_resolution_options, print_error, resolve_from_args
 from .errors import SlurmEnvError, is_number, printable
 from .resolution import Resolution
 

@@ -242,7 +242,7 @@ def usage() -> str:
 def parse_own(argv: Sequence[str]) -> tuple[dict[str, object], list[str]]:
     """slurmenv's own leading options (exact names only; see own_arguments), by field, then
     the rest for torchrun. ``-h``/``--help`` first: ``{"help": True}``."""
-    from .cli import usage_error
+    from .commandline import usage_error
 
     known = dict(own_arguments())
     own: dict[str, object] = {}
@@ -273,7 +273,7 @@ def parse_own(argv: Sequence[str]) -> tuple[dict[str, object], list[str]]:
 
 def main(argv: Sequence[str]) -> int:
     """``slurmenv torchrun``: resolve, fill in torchrun's options, exec torchrun."""
-    from .cli import print_error, usage_error
+    from .commandline import print_error, usage_error
 
     own, rest = parse_own(argv)
     if own.pop("help", False):

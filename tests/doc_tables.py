@@ -35,8 +35,10 @@ def _launchers(render: str) -> Callable[[], str]:
 
 
 def _doctor_checks() -> str:
-    from slurmenv.doctor import registry
+    # the checks register themselves when checks.py is imported (slurmenv.doctor loads it lazily)
+    from slurmenv.doctor import checks, registry
 
+    assert checks.diagnose is not None
     return registry.markdown()
 
 

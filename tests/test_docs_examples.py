@@ -453,8 +453,9 @@ def test_the_design_page_names_every_launcher_and_module() -> None:
     text = (ROOT / "docs" / "design.md").read_text()
     for name in launchers.REGISTRY:
         assert f"**{name}**" in text, f"docs/design.md: launcher {name} not in the registry list"
-    for folder in ("slurmenv", "slurmenv/launchers", "slurmenv/doctor"):
-        for path in sorted((ROOT / folder).glob("*.py")):
+    for folder in sorted({init.parent for init in (ROOT / "slurmenv").rglob("__init__.py")}):
+        assert folder.name in text, f"docs/design.md: package {folder}"
+        for path in sorted(folder.glob("*.py")):
             if path.stem.startswith("_"):
                 continue
             assert _re.search(rf"\b{path.stem}(\.py|/|\b)", text), f"docs/design.md: {path}"

@@ -235,10 +235,10 @@ def test_failure_line_exits_a_script_but_not_an_interactive_shell() -> None:
 def test_unexpected_error_still_prints_the_failure_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    def broken(args: object) -> None:
+    def broken(*args: object, **options: object) -> None:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(cli, "resolve_from_args", broken)
+    monkeypatch.setattr(cli, "resolve", broken)
     monkeypatch.delenv("SLURMENV_DEBUG", raising=False)
     assert cli.main(["export"]) == 70  # a bug: reported as one, no traceback (cli.main)
     assert capsys.readouterr().out == render.FAILURE["sh"]

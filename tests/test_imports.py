@@ -1,7 +1,19 @@
-"""No import cycles among slurmenv's modules, and every module imports on its own.
+"""No import cycles among slurmenv's modules, layers that do not reach back, and every module
+imports on its own.
 
-The graph counts every import a module makes, at the top or inside a function (a lazy import
-is still a dependency), except those under ``if TYPE_CHECKING:`` (never executed).
+Which imports count (the edges of the graph ``import_edges`` builds from each module's ``ast``):
+
+* module level: ``import x`` / ``from . import x`` at the top of a module;
+* ``if TYPE_CHECKING:``: never executed, but a type names the module it comes from: a loop of
+  types is a loop of layers all the same (a lower module that needs a higher one's type
+  declares a Protocol of what it reads instead, as ``render.py`` and ``gpus.py`` do);
+* inside a function: lazy imports are how ``slurmenv export`` stays lean (a module is loaded
+  only on the path that needs it), not a way around the layers: they count too.
+
+Not counted: modules loaded by name at run time (``cli.EXTERNAL``, the launcher registry's
+``launchers.load``), which is dispatch from above, and the ``__init__`` a package runs before
+any of its modules (``import slurmenv.doctor.probe`` runs ``slurmenv/doctor/__init__.py``):
+so a package's ``__init__`` stays light or lazy, and tests below check what a command loads.
 """
 
 from __future__ import annotations
@@ -9,12 +21,15 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from collections import deque
 from pathlib import Path
 
 import pytest
+import synth
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "slurmenv"
+HOSTS = ["n1", "n2"]
 
 
 def module_name(path: Path) -> str:
@@ -25,6 +40,8 @@ def module_name(path: Path) -> str:
 
 
 MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+TOP, TYPES, LAZY = "module level", "TYPE_CHECKING", "in a function"
+_SHOWN_FIRST = (TOP, LAZY, TYPES)  # how an edge is described when a module imports it twice
 
 
 def _is_type_checking(node: ast.If) -> bool:
@@ -34,19 +51,25 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def imports_of(name: str) -> set[str]:
-    """The slurmenv modules that module ``name`` imports."""
+def import_edges(name: str) -> dict[str, str]:
+    """The slurmenv modules that module ``name`` imports, each with how: TOP, TYPES or LAZY
+    (a module imported several ways: the first of TOP, LAZY, TYPES)."""
     path = MODULES[name]
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
+    found: dict[str, str] = {}
 
-    def visit(node: ast.AST) -> None:
+    def visit(node: ast.AST, how: str) -> None:
         if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.body:
+                visit(child, TYPES if how == TOP else how)
             for child in node.orelse:
-                visit(child)
+                visit(child, how)
             return
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            how = LAZY if how == TOP else how
+        targets: list[str] = []
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+            targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
@@ -55,12 +78,22 @@ def imports_of(name: str) -> set[str]:
                 base = ".".join(anchor + ([base] if base else []))
             for alias in node.names:
                 sub = f"{base}.{alias.name}"
-                found.add(sub if sub in MODULES else base)
+                targets.append(sub if sub in MODULES else base)
+        for target in targets:
+            if target not in MODULES or target == name:
+                continue
+            if target not in found or _SHOWN_FIRST.index(how) < _SHOWN_FIRST.index(found[target]):
+                found[target] = how
         for child in ast.iter_child_nodes(node):
-            visit(child)
+            visit(child, how)
 
-    visit(ast.parse(path.read_text(), str(path)))
-    return {m for m in found if m in MODULES and m != name}
+    visit(ast.parse(path.read_text(), str(path)), TOP)
+    return found
+
+
+def imports_of(name: str) -> set[str]:
+    """The slurmenv modules that module ``name`` imports, in any of the ways that count."""
+    return set(import_edges(name))
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -98,19 +131,120 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+def a_loop(graph: dict[str, set[str]], component: list[str]) -> list[str]:
+    """A shortest loop through the first module of ``component`` (a strongly connected
+    component of ``graph``): ``[a, b, ..., a]``."""
+    start = component[0]
+    inside = set(component)
+    parent: dict[str, str | None] = {start: None}
+    queue = deque([start])
+    while queue:
+        v = queue.popleft()
+        for w in sorted(graph[v] & inside):
+            if w == start:  # back at the start: the path to v, then start again
+                path = [v]
+                while (before := parent[path[-1]]) is not None:
+                    path.append(before)
+                return [*reversed(path), start]
+            if w not in parent:
+                parent[w] = v
+                queue.append(w)
+    raise AssertionError(f"{component} is not a cycle of the graph")
+
+
+def describe(loop: list[str], edges: dict[str, dict[str, str]]) -> str:
+    """``a -> b (TYPE_CHECKING) -> a (module level)``: each step with how it is imported."""
+    steps = [loop[0]] + [f"{b} ({edges[a][b]})" for a, b in zip(loop, loop[1:])]
+    return " -> ".join(steps)
+
+
 def test_the_graph_sees_imports() -> None:
     # The checker itself: known edges of each kind (top level, relative from a package,
-    # lazy inside a function) are found, and TYPE_CHECKING-only imports are not.
-    assert "slurmenv.resolution" in imports_of("slurmenv.cli")  # top level
-    assert "slurmenv.doctor.probe" in imports_of("slurmenv.dump")  # inside a function
-    assert "slurmenv.launchers.base" in imports_of("slurmenv.launchers.slurm")  # from .base
-    assert "slurmenv.resolution" not in imports_of("slurmenv.gpus")  # TYPE_CHECKING only
-    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    # lazy inside a function, TYPE_CHECKING only) are found, and a loop is named.
+    assert import_edges("slurmenv.cli")["slurmenv.render"] == TOP
+    assert import_edges("slurmenv.dump.capture")["slurmenv.doctor.probe"] == LAZY
+    assert import_edges("slurmenv.launchers.slurm")["slurmenv.launchers.base"] == TOP  # from .base
+    assert import_edges("slurmenv.launchers")["slurmenv.resolution"] == TYPES
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert a_loop(graph, ["a", "b", "c"]) == ["a", "b", "c", "a"]
+    assert a_loop({"a": {"b"}, "b": {"a"}}, ["a", "b"]) == ["a", "b", "a"]
+    edges = {"a": {"b": TOP}, "b": {"a": TYPES}}
+    assert describe(["a", "b", "a"], edges) == "a -> b (module level) -> a (TYPE_CHECKING)"
 
 
 def test_no_import_cycles() -> None:
-    graph = {name: imports_of(name) for name in MODULES}
-    assert cycles(graph) == []
+    edges = {name: import_edges(name) for name in MODULES}
+    graph = {name: set(targets) for name, targets in edges.items()}
+    loops = [describe(a_loop(graph, component), edges) for component in cycles(graph)]
+    assert loops == [], "import loops (break them: see this file's docstring):\n" + "\n".join(loops)
+
+
+# -- layers ---------------------------------------------------------------------------------
+COMMANDS = ("slurmenv.show", "slurmenv.torchrun", "slurmenv.doctor.command",
+            "slurmenv.dump.command")
+
+
+def test_no_module_reaches_back_to_the_command_line() -> None:
+    """cli sits above every command (it loads them by name); what they share is in
+    commandline.py, below them all."""
+    for name in MODULES:
+        if name not in ("slurmenv.cli", "slurmenv.__main__"):
+            assert "slurmenv.cli" not in imports_of(name), name
+
+
+def test_the_shared_command_line_imports_no_command() -> None:
+    below = imports_of("slurmenv.commandline")
+    assert not below & {"slurmenv.cli", *COMMANDS}, below
+    assert not any(m.startswith(("slurmenv.doctor", "slurmenv.dump")) for m in below), below
+
+
+def loaded_after(code: str, env: dict[str, str]) -> list[str]:
+    """The slurmenv modules a fresh interpreter has loaded after running ``code``."""
+    script = code + "\nimport sys\nprint(sorted(m for m in sys.modules if m.startswith('slurmenv')))"
+    out = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True,
+                         text=True, timeout=120, check=True)
+    return list(ast.literal_eval(out.stdout.strip().splitlines()[-1]))
+
+
+def test_export_loads_no_command_and_not_the_shared_command_line() -> None:
+    env = {**synth.clean_env(PYTHONPATH=str(ROOT)), **synth.step_env(HOSTS, [1, 1], 1)}
+    loaded = loaded_after("from slurmenv.cli import main\nmain(['export'])", env)
+    assert "slurmenv.render" in loaded  # it did export
+    assert not set(loaded) & {"slurmenv.commandline", *COMMANDS}, loaded
+    assert not [m for m in loaded if m.startswith(("slurmenv.doctor", "slurmenv.dump"))], loaded
+
+
+def test_dump_with_probe_loads_only_the_probe_of_the_doctor() -> None:
+    env = synth.clean_env(PYTHONPATH=str(ROOT))
+    loaded = loaded_after(
+        "from slurmenv import dump\n"
+        "assert 'cpus' in dump.collect({}, probe=True)['probe']",
+        env,
+    )
+    doctor = [m for m in loaded if m.startswith("slurmenv.doctor")]
+    assert "slurmenv.doctor.probe" in doctor
+    assert "slurmenv.doctor.checks" not in doctor and "slurmenv.doctor.command" not in doctor, doctor
+
+
+def test_the_doctor_and_dump_packages_keep_their_public_names() -> None:
+    # doctor's __init__ loads its checks and command line on first use: every public name
+    # is there, and main and probe stay the functions even once their modules are imported.
+    code = (
+        "import slurmenv.doctor.command, slurmenv.doctor.probe, slurmenv.dump.command\n"
+        "from slurmenv import doctor, dump\n"
+        "from slurmenv.doctor import *\n"
+        "assert callable(doctor.main) and callable(doctor.probe) and callable(dump.main)\n"
+        "assert doctor.main is slurmenv.doctor.command.main\n"
+        "assert len(doctor.CHECKS) == len(doctor.diagnose({}).checks) > 5\n"
+        "assert set(doctor.__all__) <= set(dir(doctor))\n"
+        "for name in ('load', 'collect', 'Dump', 'VARIABLES', 'is_read', 'select', "
+        "'expand_output', 'replay_report', 'same_values', 'differences', 'options_from_args', "
+        "'build_parser', 'main', 'NOT_RECORDED', 'DEFAULT_OUTPUT', 'redact_proxy', 'write_new'):\n"
+        "    assert hasattr(dump, name), name\n"
+    )
+    env = synth.clean_env(PYTHONPATH=str(ROOT))
+    assert "slurmenv.doctor.checks" in loaded_after(code, env)
 
 
 @pytest.mark.parametrize("name", sorted(set(MODULES) - {"slurmenv.__main__"}))  # runs the CLI

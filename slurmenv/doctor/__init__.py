@@ -15,16 +15,21 @@ The checks are split in two halves so that a dump can be replayed anywhere:
 
 Layout: ``registry.py`` (the ``@check`` decorator and the print order), ``context.py`` (what
 a check looks at), ``checks.py`` (one function per check), ``rules.py`` (NCCL/gloo/gRPC
-rules), ``report.py`` (verdicts, text and JSON), ``main.py`` (the command line).
+rules), ``report.py`` (verdicts, text and JSON), ``command.py`` (the command line).
+
+Importing this package loads the probe and what it needs (``slurmenv dump --probe`` imports
+``slurmenv.doctor.probe``, and nothing more of the doctor); the checks and the command line
+are loaded on first use of :func:`diagnose`, :data:`CHECKS`, :func:`main` or
+:func:`build_parser`.
 """
 
 from __future__ import annotations
 
-from .checks import diagnose
+from typing import TYPE_CHECKING, Any
+
 from .context import ports_here, resolve_for_doctor
-from .main import build_parser, main
-from .probe import probe
-from .registry import CHECKS, check
+from .probe import probe  # eager: the package's `probe` is the function, not the module
+from .registry import check
 from .report import ERROR, OK, SKIPPED, VERDICTS, WARNING, Check, Report, format_report, use_colour
 from .rules import (
     ALL_PROXIES,
@@ -37,9 +42,33 @@ from .rules import (
     nccl_allows,
 )
 
+if TYPE_CHECKING:
+    from .checks import diagnose
+    from .command import build_parser, main
+    from .registry import CHECKS
+
 __all__ = [
     "ALL_PROXIES", "CHECKS", "ERROR", "GRPC_NO_PROXIES", "GRPC_PROXIES", "OK", "OTHER_PROXIES",
     "SKIPPED", "VERDICTS", "WARNING", "Check", "Report", "build_parser", "check", "diagnose",
     "format_report", "gloo_allows", "grpc_exempt", "grpc_proxy", "main", "nccl_allows",
     "ports_here", "probe", "resolve_for_doctor", "use_colour",
 ]  # fmt: skip
+
+#: The public names loaded on first use, and their module (CHECKS is complete only once
+#: checks.py has registered every check).
+_LAZY = {"CHECKS": "checks", "diagnose": "checks", "build_parser": "command", "main": "command"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -3,6 +3,10 @@
 A check is one function ``(Context) -> Check`` registered with :func:`check`; the order of
 registration (the order of the functions in ``checks.py``) is the order of the report. Each
 says in one line what it looks at: :func:`markdown` makes docs/debugging.md's table of them.
+
+This module is the lowest of the package (``report.py`` prints with its labels), so it does
+not name the types of the modules above it (``context.Context``, ``report.Check``): the
+decorator keeps each function's own type, and ``checks.diagnose`` calls them with a Context.
 """
 
 from __future__ import annotations
@@ -11,15 +15,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .context import Context
-    from .report import Check
+    from typing import Any, TypeVar
 
-    CheckFunction = Callable[[Context], Check]
+    CheckFunction = TypeVar("CheckFunction", bound=Callable[..., Any])
 
 #: name -> label, in print order (``Check.name`` is a key; the label is what text output shows).
 CHECKS: dict[str, str] = {}
-#: The check functions, in the same order.
-FUNCTIONS: list[CheckFunction] = []
+#: The check functions, in the same order: each ``(Context) -> Check``.
+FUNCTIONS: list[Callable[..., Any]] = []
 #: name -> what the check looks at (Markdown, one line): docs/debugging.md's table.
 LOOKS_AT: dict[str, str] = {}
 

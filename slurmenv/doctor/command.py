@@ -17,7 +17,7 @@ from .report import format_report, to_json, use_colour
 
 def build_parser() -> argparse.ArgumentParser:
     from .. import render
-    from ..cli import add_resolution_options
+    from ..commandline import add_resolution_options
 
     parser = argparse.ArgumentParser(
         prog="slurmenv doctor",
@@ -63,7 +63,7 @@ def _outputs(environ: Mapping[str, str], given: str | None) -> str:
 def main(argv: Sequence[str]) -> int:
     """``slurmenv doctor``; returns 1 when any check gives an error, else 0."""
     from .. import ports
-    from ..cli import print_error
+    from ..commandline import print_error
     from ..dump import load, options_from_args
 
     args = build_parser().parse_args(argv)
@@ -95,7 +95,7 @@ def main(argv: Sequence[str]) -> int:
         if report.errors or report.warnings:  # silent when all is well: it runs in every task
             sys.stderr.write(format_report(report, use_colour(args.color, sys.stderr), quiet=True))
         if report.ifname is None:
-            from ..cli import fail_closed
+            from ..commandline import fail_closed
 
             sys.stderr.write("slurmenv: error: no interface to export (see the checks above)\n")
             fail_closed(args.shell)  # eval $(slurmenv doctor --export-ifname) must stop too
