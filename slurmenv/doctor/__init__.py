@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from .checks import diagnose
 from .context import ports_here, resolve_for_doctor
-from .main import build_parser, main
+from .main import build_parser, main, replay
 from .probe import probe
 from .registry import CHECKS, check
 from .report import ERROR, OK, SKIPPED, VERDICTS, WARNING, Check, Report, format_report, use_colour
@@ -41,5 +41,5 @@ __all__ = [
     "ALL_PROXIES", "CHECKS", "ERROR", "GRPC_NO_PROXIES", "GRPC_PROXIES", "OK", "OTHER_PROXIES",
     "SKIPPED", "VERDICTS", "WARNING", "Check", "Report", "build_parser", "check", "diagnose",
     "format_report", "gloo_allows", "grpc_exempt", "grpc_proxy", "main", "nccl_allows",
-    "ports_here", "probe", "resolve_for_doctor", "use_colour",
+    "ports_here", "probe", "replay", "resolve_for_doctor", "use_colour",
 ]  # fmt: skip
