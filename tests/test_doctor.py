@@ -561,38 +561,38 @@ def test_mpi_rank_in_a_job_but_in_no_step() -> None:
 
 
 # -- a check added later, on a probe fact the recorded dumps lack ----------------------------
-DUMPS = sorted((Path(__file__).parent / "dumps").glob("*.json"))
+DUMP_DIR = Path(__file__).parent / "dumps"
+DUMPS = sorted(DUMP_DIR.glob("*.json"))
 
 
 @contextlib.contextmanager
 def later_check(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """What a later version adds: a probe fact ``mtu`` (only when the task resolves) and the
-    check ``mtu`` that needs it, as one function and one fact, nothing else."""
-    from slurmenv.doctor import context, registry
+    """What a later version adds: a probe fact (only when the task resolves) and the check that
+    needs it, as one function and one fact, nothing else."""
+    from slurmenv.doctor import registry
 
     probe = sys.modules["slurmenv.doctor.probe"]  # the module (doctor.probe is its function)
-    monkeypatch.setattr(context, "FACTS", (*context.FACTS, "mtu"))
-    monkeypatch.setattr(probe, "FACTS", context.FACTS)
+    monkeypatch.setattr(probe, "FACTS", (*probe.FACTS, "later_fact"))
     gather = probe._facts
 
-    def with_mtu(res: Any) -> dict[str, Any]:
+    def with_later_fact(res: Any) -> dict[str, Any]:
         found: dict[str, Any] = gather(res)
         if res is not None:
-            found["mtu"] = 1500
+            found["later_fact"] = 1500
         return found
 
-    monkeypatch.setattr(probe, "_facts", with_mtu)
+    monkeypatch.setattr(probe, "_facts", with_later_fact)
 
-    def check_mtu(ctx: Any) -> Any:
+    def check_later(ctx: Any) -> Any:
         if ctx.facts is None:
-            return ctx.skipped_local("mtu")
-        mtu = ctx.facts["mtu"]  # never missing: a dump predating it does not get here
-        if mtu is None:
-            return doctor.Check("mtu", "skipped", "no resolution")
-        return doctor.Check("mtu", "ok", f"MTU {mtu}")
+            return ctx.skipped_local("later")
+        value = ctx.facts["later_fact"]  # never missing: a dump predating it does not get here
+        if value is None:
+            return doctor.Check("later", "skipped", "no resolution")
+        return doctor.Check("later", "ok", f"later fact {value}")
 
     checks, functions, needs = dict(registry.CHECKS), list(registry.FUNCTIONS), dict(registry.NEEDS)
-    registry.check("mtu", "MTU", facts=("mtu",))(check_mtu)
+    registry.check("later", "later", facts=("later_fact",))(check_later)
     try:
         yield
     finally:  # the registry as it was, in place (checks.py and report.py hold the same objects)
@@ -614,14 +614,14 @@ def test_a_check_on_a_new_fact_is_skipped_in_dumps_that_predate_it(
     with later_check(monkeypatch):
         after = doctor.replay(loaded)
         text = doctor.format_report(after)
-    *others, mtu = after.checks
+    *others, later = after.checks
     assert others == before.checks and after.title == before.title  # the others unchanged
-    assert mtu == doctor.Check(
-        "mtu", "skipped",
-        "not recorded in this dump (recorded by slurmenv 0.1.0, before the probe fact mtu): "
-        "take a new one with slurmenv dump --probe",
+    assert later == doctor.Check(
+        "later", "skipped",
+        "not recorded in this dump (recorded by slurmenv 0.1.0, before the probe fact "
+        "later_fact): take a new one with slurmenv dump --probe",
     )
-    assert "skipped  MTU " in text and "Traceback" not in text
+    assert "skipped  later " in text and "Traceback" not in text
     if path.stem.startswith("healthy"):
         assert {c.verdict for c in others} == {"ok"}
     assert doctor.CHECKS == {c.name: doctor.CHECKS[c.name] for c in before.checks}  # restored
@@ -632,33 +632,37 @@ def test_a_check_on_a_new_fact_runs_on_dumps_that_have_it(
 ) -> None:
     from slurmenv import dump
 
-    data = json.loads((DUMPS[0].parent / "healthy-rank0.json").read_text(encoding="utf-8"))
+    data = json.loads((DUMP_DIR / "healthy-rank0.json").read_text(encoding="utf-8"))
     path = tmp_path / "later.json"
     with later_check(monkeypatch):
-        for mtu, verdict in ((9000, ("ok", "MTU 9000")), (None, ("skipped", "no resolution"))):
-            path.write_text(json.dumps({**data, "probe": {**data["probe"], "mtu": mtu}}))
+        for value, verdict in ((9000, ("ok", "later fact 9000")),
+                               (None, ("skipped", "no resolution"))):
+            path.write_text(json.dumps({**data, "probe": {**data["probe"], "later_fact": value}}))
             checks = {c.name: c for c in doctor.replay(dump.load(str(path))).checks}
-            assert (checks["mtu"].verdict, checks["mtu"].message) == verdict
+            assert (checks["later"].verdict, checks["later"].message) == verdict
         # live, the probe writes the new fact always: None where it does not apply
-        assert doctor.probe(synth.clean_env())["mtu"] == 1500
-        batch = dump.load(str(DUMPS[0].parent / "batch-script.json"))
+        assert doctor.probe(synth.clean_env())["later_fact"] == 1500
+        batch = dump.load(str(DUMP_DIR / "batch-script.json"))
         with batch.environment() as env:
-            assert doctor.probe(env)["mtu"] is None
-        # given as facts (not replayed from a dump), a check gets what it is given
+            assert doctor.probe(env)["later_fact"] is None
+        # facts given to diagnose() (not a replayed dump) are taken as complete: a check
+        # failing on a fact left out is reported skipped, with the error
         report = doctor.diagnose(step(0), {}, facts=facts(node="r1n09"))
-        assert next(c for c in report.checks if c.name == "mtu").verdict == "skipped"
+        later = next(c for c in report.checks if c.name == "later")
+        assert later.verdict == "skipped"
+        assert later.message.startswith("not checked: it failed on its input (KeyError")
 
 
 def test_every_fact_a_check_needs_is_one_the_probe_records() -> None:
+    from slurmenv import dump
     from slurmenv.doctor import context, registry
 
-    assert set(context.FIRST_FACTS) <= set(context.FACTS)
+    facts_ = sys.modules["slurmenv.doctor.probe"].FACTS
+    assert set(context.FIRST_FACTS) <= set(facts_)
     for name, needed in registry.NEEDS.items():
-        assert set(needed) <= set(context.FACTS), name
-    assert set(doctor.probe(synth.clean_env())) == set(context.FACTS)
-    from slurmenv import dump
-
-    with dump.load(str(DUMPS[0].parent / "batch-script.json")).environment() as env:
+        assert set(needed) <= set(facts_), name
+    assert set(doctor.probe(synth.clean_env())) == set(facts_)
+    with dump.load(str(DUMP_DIR / "batch-script.json")).environment() as env:
         found = doctor.probe(env)  # no resolution: the first facts leave some out, no later one
-    assert set(found) < set(context.FACTS)
-    assert set(context.FACTS) - set(context.FIRST_FACTS) <= set(found)
+    assert set(found) < set(facts_)
+    assert set(facts_) - set(context.FIRST_FACTS) <= set(found)

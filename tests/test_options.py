@@ -243,14 +243,14 @@ def test_adding_an_option_is_one_row(tmp_path: Path) -> None:
 
 #: A kind of option that slurmenv does not have, written as its one entry.
 NEW_KIND = '''
-def _count(text: str, variable: str) -> int:
+def _extra_count(text: str, variable: str) -> int:
     if not text.strip().isdigit() or int(text) < 1:
         raise ValueError("not a count")
     return int(text)
 
 
-COUNT = Kind("count", _count, "int", "give a whole number, 1 or more",
-             valid=[("3", 3), (" 12", 12)], invalid=["0", "many"])
+EXTRA_COUNT = Kind("extra count", _extra_count, "int", "give a whole number, 1 or more",
+                   valid=[("3", 3), (" 12", 12)], invalid=["0", "many"])
 
 
 '''
@@ -258,8 +258,8 @@ COUNT = Kind("count", _count, "int", "give a whole number, 1 or more",
 
 def test_an_option_of_a_new_kind_is_one_kind_and_its_row(tmp_path: Path) -> None:
     extra = load_with(tmp_path, '    extra_count: int | None = option("SLURMENV_EXTRA_COUNT", '
-                      '"--extra-count", COUNT, None, "how many", metavar="N")\n', NEW_KIND)
-    kind = extra.COUNT
+                      '"--extra-count", EXTRA_COUNT, None, "how many", metavar="N")\n', NEW_KIND)
+    kind = extra.EXTRA_COUNT
     assert kind in extra.KINDS and extra.PARSERS[kind] == kind.parse
     (row,) = [row for row in extra.TABLE if row.kind is kind]
     assert extra.Options.__annotations__[row.field] == field_type(row) == "int | None"

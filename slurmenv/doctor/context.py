@@ -18,11 +18,10 @@ NOT_PROBED = "not probed: this dump was taken without 'slurmenv dump --probe'"
 NO_RESOLUTION = "needs a resolution (see above)"
 NOT_RECORDED = "not recorded in this dump"
 
-#: Every node fact the probe records (``probe.probe``): a new fact is added here and there.
-FACTS = ("hostname", "cpus", "interfaces", "master", "route", "listening", "lightning")
 #: The facts of the first probe (slurmenv 0.1.0), which left out ``master``, ``route`` and
-#: ``listening`` when they did not apply. Every later fact is always written (None when it
-#: does not apply), so a dump without one was recorded before it existed. Never extended.
+#: ``listening`` when they did not apply. Every later fact (``probe.FACTS``) is always written
+#: (None when it does not apply), so a dump without one was recorded before it existed.
+#: Never extended.
 FIRST_FACTS = ("hostname", "cpus", "interfaces", "master", "route", "listening")
 
 # Which check reports a resolution error, by the variable at fault.

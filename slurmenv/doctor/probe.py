@@ -12,7 +12,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..resolution import Resolution
-from .context import FACTS, FIRST_FACTS, ports_here, resolve_for_doctor
+from .context import FIRST_FACTS, ports_here, resolve_for_doctor
+
+#: Every node fact the probe records: a new one is gathered in :func:`_facts` and named here.
+FACTS = ("hostname", "cpus", "interfaces", "master", "route", "listening", "lightning")
 
 
 def probe(
@@ -22,9 +25,9 @@ def probe(
 ) -> dict[str, Any]:
     """Look at this node: DNS for the master, the route to it, listening ports, CPUs.
 
-    The result is JSON-ready (``slurmenv dump --probe`` records it). Its keys are
-    ``context.FACTS``; each fact added after ``FIRST_FACTS`` is always there (None when it does
-    not apply), so that a dump without it is known to predate it.
+    The result is JSON-ready (``slurmenv dump --probe`` records it). Its keys are ``FACTS``;
+    each fact added after ``context.FIRST_FACTS`` is always there (None when it does not
+    apply), so that a dump without it is known to predate it.
     """
     env = os.environ if environ is None else environ
     if res is None:

@@ -29,7 +29,7 @@ def check(
     name: str, label: str, *, facts: tuple[str, ...] = ()
 ) -> Callable[[CheckFunction], CheckFunction]:
     """Register the decorated function as the check ``name``, shown as ``label``, needing the
-    node ``facts`` (``context.FACTS``) when the node was probed."""
+    node ``facts`` (``probe.FACTS``) when the node was probed."""
 
     def register(function: CheckFunction) -> CheckFunction:
         if name in CHECKS:
