@@ -10,6 +10,10 @@ options ``slurmenv torchrun`` takes (``torchrun=True``) and ``docs/options.md``
 (:func:`markdown`). :func:`slurmenv.resolve` keeps explicit keywords for its users; a test
 checks them against the table. Adding an option is one row.
 
+Each row has a :class:`Kind` (``PORT``, ``RANGE``, ``TEMPLATE``, ``ADDRESS``, ``FLAG``): how
+its text is read, the fix when it cannot be, its types and the samples tests/test_options.py
+runs every row of the kind through. An option of a new kind is one ``Kind(...)`` and its row.
+
 Variables let a choice made once in the batch script reach every task through ``srun``;
 a keyword argument or command-line flag overrides its variable.
 """
@@ -20,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ._compat import TYPE_CHECKING, NamedTuple  # not typing's: see _compat
 from .errors import SlurmEnvError
-from .ports import DEFAULT_RANGE, parse_port, parse_range
+from .ports import DEFAULT_RANGE, PORT_FIX, RANGE_FIX, parse_port, parse_range
 
 if TYPE_CHECKING:
     from typing import Any, TypeAlias
@@ -31,12 +35,118 @@ if TYPE_CHECKING:
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("", "0", "false", "no", "off")
 
-# Kinds of option: how a text (a variable's value or a flag's argument) becomes the value.
-PORT = "port"  # a TCP port 1024-65535 -> int
-RANGE = "range"  # LO-HI -> (lo, hi)
-TEMPLATE = "template"  # a host name template with {host} -> str
-ADDRESS = "address"  # a host name or IP address -> str
-FLAG = "flag"  # yes/no -> bool; --NAME turns it on, --no-NAME (if it has one) off
+
+# -- kinds of option -----------------------------------------------------------------------
+class Kind:
+    """A kind of option: how a text (a variable's value or a flag's argument) becomes its
+    value, the fix when it cannot, its types, and samples every row of the kind is tested with.
+
+    ``read(text, variable)`` returns the value or raises ValueError saying what is wrong
+    (:meth:`parse` adds the variable or flag, the text and ``fix``), or a SlurmEnvError of its
+    own whose fix is ``fix``. ``type`` is the value's annotation: an Options field of this
+    kind is annotated ``type``, or ``type | None`` when its default is None; ``keyword`` is the
+    annotation of its keyword of :func:`slurmenv.resolve` (default ``type | None``).
+    ``valid`` are ``(text, value)`` pairs, two at least with different values, and
+    ``invalid`` texts it refuses: tests/test_options.py runs every row through them. Adding a
+    kind is one ``Kind(...)`` here; its rows then use it like any other.
+
+    A plain class, not a named tuple, as :class:`Option` (this module is on export's path).
+    """
+
+    __slots__ = ("fix", "invalid", "keyword", "name", "read", "type", "valid")
+
+    def __init__(
+        self, name: str, read: Callable[[str, str], object], type: str, fix: str, *,
+        valid: Sequence[tuple[str, object]], invalid: Sequence[str], keyword: str | None = None,
+    ) -> None:
+        self.name = name
+        self.read = read
+        self.type = type
+        self.fix = fix
+        self.valid = tuple(valid)
+        self.invalid = tuple(invalid)
+        self.keyword = keyword or f"{type} | None"
+        _KINDS.append(self)
+
+    def parse(self, text: str, variable: str) -> Any:
+        """The value ``text`` means; SlurmEnvError naming ``variable`` and ``text`` if none."""
+        try:
+            return self.read(text, variable)
+        except ValueError as exc:
+            raise SlurmEnvError(str(exc), variable=variable, value=text, fix=self.fix) from None
+
+    def __repr__(self) -> str:
+        return f"<kind {self.name}>"
+
+
+_KINDS: list[Kind] = []
+
+
+def _flag(text: str, variable: str) -> bool:
+    """A yes/no value: 1, true, yes, on or 0, false, no, off (any case), or empty (no)."""
+    value = text.strip().lower()
+    if value in TRUE:
+        return True
+    if value in FALSE:
+        return False
+    raise ValueError(f"{variable} must be a yes/no flag")
+
+
+def _template(template: str, variable: str) -> str:
+    """A host template must contain ``{host}`` and nothing else in braces: no format spec
+    (``{host:>9}``), no conversion (``{host!r}``), no other field."""
+    # Parse rather than format: "{host.upper}" or "{host:>999999999}" would run code, exhaust
+    # memory or put blanks in an address when formatted.
+    from string import Formatter  # only when a template is given (not on export's path)
+
+    try:
+        fields = [(field, spec, conv) for _, field, spec, conv in Formatter().parse(template)
+                  if field is not None or spec or conv]
+    except ValueError:
+        fields = None
+    ok = bool(fields) and all(part == ("host", "", None) for part in fields or ())
+    if not ok:
+        raise ValueError("address template must contain {host} and no other {field}")
+    return template
+
+
+def _address(address: str, variable: str) -> str:
+    """A host name or IP address: one word, nothing else."""
+    text = address.strip()
+    if not text or len(text) > 253 or not text.isprintable() or any(c.isspace() for c in text):
+        raise ValueError("not a host name or address")
+    return text
+
+
+PORT = Kind(
+    "port", parse_port, "int", PORT_FIX,  # a TCP port 1024-65535
+    valid=[("12345", 12345), (" 23456", 23456)], invalid=["80", "http", "70000"],
+)
+RANGE = Kind(
+    "range", parse_range, "tuple[int, int]", RANGE_FIX,  # LO-HI
+    keyword="tuple[int, int] | str | None",
+    valid=[("20000-30000", (20000, 30000)), ("11000-31000", (11000, 31000))],
+    invalid=["1-2", "20000", "30000-20000"],
+)
+TEMPLATE = Kind(
+    "template", _template, "str",  # a host name template with {host}
+    "write it like '{host}-ib' or '{host}i.fabric'",
+    valid=[("{host}-ib", "{host}-ib"), ("{host}.ib", "{host}.ib")],
+    invalid=["{host.upper}", "node-ib", "{host}{host:x}", "{other}"],
+)
+ADDRESS = Kind(
+    "address", _address, "str",  # a host name or IP address
+    "give the name or IP address of rank 0's node, e.g. 'node017' or '10.1.2.17'",
+    valid=[("10.1.2.17", "10.1.2.17"), (" n7 ", "n7")], invalid=["two words", " "],
+)
+FLAG = Kind(  # --NAME turns it on, --no-NAME (if it has one) off
+    "flag", _flag, "bool", "use 1 or 0",
+    valid=[("yes", True), ("no", False), ("ON", True), ("0", False)],
+    invalid=["maybe", "2"],
+)
+parse_flag = FLAG.parse
+check_template = TEMPLATE.parse
+check_address = ADDRESS.parse
 
 
 class Option:
@@ -50,7 +160,7 @@ class Option:
                  "variable")
 
     def __init__(
-        self, variable: str, flag: str, kind: str, default: object, help: str,
+        self, variable: str, flag: str, kind: Kind, default: object, help: str,
         metavar: str | None, negative: str | None, torchrun: bool,
     ) -> None:
         self.field = ""  # the name of its Options field, set once the class exists
@@ -78,7 +188,7 @@ def negative_flag(row: Option) -> str:
 def option(
     variable: str,
     flag: str,
-    kind: str,
+    kind: Kind,
     default: object,
     help: str,
     *,
@@ -148,67 +258,13 @@ for _name, _row in zip(Options._fields, _ROWS):
     _row.field = _name
 #: The options table, in field order.
 TABLE: tuple[Option, ...] = tuple(_ROWS)
+#: Every kind of option (each ``Kind(...)`` above).
+KINDS: tuple[Kind, ...] = tuple(_KINDS)
+#: How the text of each kind of option is read (``KINDS``' ``parse``, by kind).
+PARSERS: dict[Kind, Callable[[str, str], Any]] = {kind: kind.parse for kind in KINDS}
 
 
 # -- values --------------------------------------------------------------------------------
-def parse_flag(text: str, variable: str) -> bool:
-    """A yes/no value: 1, true, yes, on or 0, false, no, off (any case), or empty (no)."""
-    value = text.strip().lower()
-    if value in TRUE:
-        return True
-    if value in FALSE:
-        return False
-    raise SlurmEnvError(
-        f"{variable} must be a yes/no flag", variable=variable, value=text, fix="use 1 or 0"
-    )
-
-
-def check_template(template: str, variable: str) -> str:
-    """A host template must contain ``{host}`` and nothing else in braces: no format spec
-    (``{host:>9}``), no conversion (``{host!r}``), no other field."""
-    # Parse rather than format: "{host.upper}" or "{host:>999999999}" would run code, exhaust
-    # memory or put blanks in an address when formatted.
-    from string import Formatter  # only when a template is given (not on export's path)
-
-    try:
-        fields = [(field, spec, conv) for _, field, spec, conv in Formatter().parse(template)
-                  if field is not None or spec or conv]
-    except ValueError:
-        fields = None
-    ok = bool(fields) and all(part == ("host", "", None) for part in fields or ())
-    if not ok:
-        raise SlurmEnvError(
-            "address template must contain {host} and no other {field}",
-            variable=variable,
-            value=template,
-            fix="write it like '{host}-ib' or '{host}i.fabric'",
-        )
-    return template
-
-
-def check_address(address: str, variable: str) -> str:
-    """A host name or IP address: one word, nothing else."""
-    text = address.strip()
-    if not text or len(text) > 253 or not text.isprintable() or any(c.isspace() for c in text):
-        raise SlurmEnvError(
-            "not a host name or address",
-            variable=variable,
-            value=address,
-            fix="give the name or IP address of rank 0's node, e.g. 'node017' or '10.1.2.17'",
-        )
-    return address.strip()
-
-
-#: How the text of each kind of option is read.
-PARSERS: dict[str, Callable[[str, str], object]] = {
-    FLAG: parse_flag,
-    PORT: parse_port,
-    RANGE: parse_range,
-    TEMPLATE: check_template,
-    ADDRESS: check_address,
-}
-
-
 def from_environ(environ: Mapping[str, str], **given: object) -> Options:
     """Options from ``SLURMENV_*`` variables, overridden by the keyword arguments not None.
 
@@ -223,12 +279,12 @@ def from_environ(environ: Mapping[str, str], **given: object) -> Options:
         value = given.get(row.field)
         if value is not None:
             if isinstance(value, str):
-                value = PARSERS[row.kind](value, row.flag)
+                value = row.kind.parse(value, row.flag)
             values[row.field] = bool(value) if row.kind == FLAG else value
         else:  # unset or empty: the default (a flag's blank value too)
             text = environ.get(row.variable, "")
             if text.strip() if row.kind == FLAG else text:
-                values[row.field] = PARSERS[row.kind](text, row.variable)
+                values[row.field] = row.kind.parse(text, row.variable)
     return Options(**values)
 
 

@@ -35,6 +35,8 @@ RANGE_FIX = "give a range like '10000-32767' (SLURMENV_PORT_RANGE or --port-rang
     f"{2 * JOB_SLOTS} ports between 1024 and the start of the ephemeral range"
 
 
+#: The fix for a port that is not one (parse_port; the options table's PORT kind).
+PORT_FIX = "use a port number between 1024 and 65535 (or unset it to let slurmenv choose)"
 #: The fix for a port inside the ephemeral range (ports.check_outside, doctor's ports check).
 EPHEMERAL_FIX = "choose ports below the ephemeral range with SLURMENV_PORT_RANGE or --port-range"
 
@@ -86,7 +88,7 @@ def parse_port(text: str, variable: str) -> int:
             "not a usable TCP port",
             variable=variable,
             value=text,
-            fix="use a port number between 1024 and 65535 (or unset it to let slurmenv choose)",
+            fix=PORT_FIX,
         )
     return int(text)
 

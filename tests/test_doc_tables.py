@@ -112,6 +112,7 @@ def test_a_launcher_without_claims_is_refused(monkeypatch: pytest.MonkeyPatch) -
 def test_a_new_doctor_check_appears_in_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(registry, "CHECKS", dict(registry.CHECKS))
     monkeypatch.setattr(registry, "LOOKS_AT", dict(registry.LOOKS_AT))
+    monkeypatch.setattr(registry, "NEEDS", dict(registry.NEEDS))
     monkeypatch.setattr(registry, "FUNCTIONS", list(registry.FUNCTIONS))
     registry.check("new", "new check", "what the new check looks at")(lambda ctx: None)
     assert registry.markdown().splitlines()[-1] == "| `new check` | what the new check looks at |"

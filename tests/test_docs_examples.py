@@ -32,6 +32,10 @@ What is normalised, because it truly varies from machine to machine:
   ``PATH``, or ``python -m torch.distributed.run``) is compared as ``torchrun``;
 * trailing blank lines of an output.
 
+Nothing else may depend on the machine: doctor examples replay a dump (``--from``), whose
+node facts (the master's address, interfaces, listening ports, whether Lightning is installed)
+are the recorded node's, so ``--update`` gives the same pages on a machine without Lightning.
+
 A fenced block without the marker must not show a command line mentioning ``slurmenv``
 (``$ slurmenv ...``, ``$ srun ... slurmenv ...``) followed by output: such output would escape
 this check. Show it through a replayed dump instead.
@@ -312,6 +316,20 @@ def test_the_convention_catches_a_wrong_output(tmp_path: pathlib.Path) -> None:
     right = example._replace(expected=actual)
     assert comparable(actual, right) == comparable(right.expected, right)
     assert unmarked.env is None and unmarked.lines[0] == "$ slurmenv show"
+
+
+def test_doctor_examples_replay_a_dump() -> None:
+    """What doctor says of this machine (its DNS, interfaces, sockets, installed Lightning)
+    differs from machine to machine, and so would the page regenerated there: a checked doctor
+    example replays a dump's node facts (--from), and no checked dump probes this machine."""
+    live = []
+    for ex in marked_examples():
+        command, words = ex.argv[1:2], ex.argv[2:]
+        replays = any(w == "--from" or w.startswith("--from=") for w in words)
+        if (command == ["doctor"] and not replays) or (command == ["dump"] and "--probe" in words):
+            live.append(f"{ex.block.where}: {ex.line}")
+    assert live == []
+    assert any(ex.argv[1:2] == ["doctor"] for ex in marked_examples())
 
 
 def test_free_port_is_the_only_thing_normalised_outside_slurm() -> None:

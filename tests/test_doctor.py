@@ -4,13 +4,15 @@ tests/test_real_debugging.py."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +20,7 @@ import synth
 
 from slurmenv import doctor
 from slurmenv.cli import main
+from slurmenv.doctor.context import NOT_RECORDED
 
 HOSTS = ["r1n09", "r1n10", "r2n09", "r2n10"]
 ADDR = {h: f"10.213.0.{i + 2}" for i, h in enumerate(HOSTS)}
@@ -471,7 +474,6 @@ def lightning_check(
 
 def test_lightning_sub_step_of_a_larger_job_points_to_the_plugin() -> None:
     """The issue's case: job 2 nodes x --ntasks-per-node=2, step srun -N2 -n2."""
-    pytest.importorskip("lightning")
     check = lightning_check([1, 1], SLURM_NTASKS_PER_NODE="2", SLURM_JOB_NAME="train.sh")
     assert check.verdict == "warning"
     assert "SLURM_NTASKS_PER_NODE=2 (set for the job) but this step runs 1 task(s)" in check.message
@@ -479,14 +481,12 @@ def test_lightning_sub_step_of_a_larger_job_points_to_the_plugin() -> None:
 
 
 def test_lightning_srun_n_without_ntasks_per_node_is_refused_by_lightning() -> None:
-    pytest.importorskip("lightning")
     check = lightning_check([2, 2], SLURM_JOB_NAME="train.sh")
     assert check.verdict == "warning"
     assert "SLURM_NTASKS_PER_NODE is unset" in check.message
 
 
 def test_lightning_uneven_step() -> None:
-    pytest.importorskip("lightning")
     check = lightning_check([2, 1], SLURM_JOB_NAME="train.sh", SLURM_NTASKS_PER_NODE="2")
     assert check.verdict == "warning"
     assert "spread unevenly over 2 nodes (2,1)" in check.message
@@ -496,7 +496,6 @@ def test_lightning_uneven_step() -> None:
 @pytest.mark.parametrize(("distribution", "verdict"), [("block", "ok"), ("cyclic", "warning")])
 def test_lightning_job_named_bash_numbers_ranks_itself(distribution: str, verdict: str) -> None:
     """srun bash -c '...' names the job 'bash': Lightning then ignores Slurm (observed)."""
-    pytest.importorskip("lightning")
     check = lightning_check([2, 2], 1, distribution, SLURM_JOB_NAME="bash")
     assert check.verdict == verdict
     assert "the job is named 'bash', so Lightning ignores Slurm" in check.message
@@ -506,7 +505,6 @@ def test_lightning_job_named_bash_numbers_ranks_itself(distribution: str, verdic
 
 def test_lightning_even_step_with_its_ntasks_per_node_is_ok() -> None:
     """Lightning's own environment reads SLURM_PROCID: an even cyclic step is fine for it."""
-    pytest.importorskip("lightning")
     check = lightning_check([2, 2], 1, "cyclic", SLURM_JOB_NAME="t", SLURM_NTASKS_PER_NODE="2")
     assert check == doctor.Check(
         "lightning", "ok",
@@ -514,11 +512,39 @@ def test_lightning_even_step_with_its_ntasks_per_node_is_ok() -> None:
     )
 
 
-def test_lightning_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("lightning", "pytorch_lightning"):  # find_spec answers None for these
-        monkeypatch.setitem(sys.modules, name, None)  # type: ignore[arg-type]
-    check = lightning_check([1, 1], SLURM_NTASKS_PER_NODE="2", SLURM_JOB_NAME="train.sh")
+def test_lightning_not_installed_on_the_probed_node() -> None:
+    env = synth.step_env(HOSTS[:2], [1, 1], 1, SLURM_NTASKS_PER_NODE="2", SLURM_JOB_NAME="t.sh")
+    check = run(env, {**facts(), "lightning": False})["lightning"]
     assert (check.verdict, check.message) == ("ok", "Lightning is not installed here: nothing to check")
+    assert run(env, {**facts(), "lightning": True})["lightning"].verdict == "warning"
+
+
+def without_lightning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This Python as if Lightning were not installed (find_spec answers None)."""
+    for name in ("lightning", "pytorch_lightning"):
+        monkeypatch.setitem(sys.modules, name, None)  # type: ignore[arg-type]
+
+
+def test_the_probe_records_whether_lightning_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    installed = any(importlib.util.find_spec(p) for p in ("lightning", "pytorch_lightning"))
+    assert doctor.probe(synth.clean_env())["lightning"] is installed
+    without_lightning(monkeypatch)
+    assert doctor.probe(synth.clean_env())["lightning"] is False
+
+
+def test_replaying_a_dump_never_looks_at_lightning_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Lightning line of a replayed dump comes from the dump, whatever this machine has
+    installed: docs/debugging.md shows it, regenerated on any machine."""
+    from slurmenv import dump
+
+    loaded = dump.load(os.path.join(os.path.dirname(__file__), "dumps", "healthy-rank0.json"))
+    here = doctor.replay(loaded)
+    without_lightning(monkeypatch)
+    assert doctor.replay(loaded) == here
+    lightning = next(c for c in here.checks if c.name == "lightning")
+    assert lightning.message == "SLURM_JOB_NAME unset (a replayed dump?): not checked"
 
 
 def test_mpi_rank_in_a_job_but_in_no_step() -> None:
@@ -533,3 +559,114 @@ def test_mpi_rank_in_a_job_but_in_no_step() -> None:
     ports = next(c for c in report.checks if c.name == "ports")
     assert ports.message.startswith("ports of job 1 opened on r1n09"), ports.message
     assert all("None" not in c.message for c in report.checks)
+
+
+# -- a check added later, on a probe fact the recorded dumps lack ----------------------------
+DUMP_DIR = Path(__file__).parent / "dumps"
+DUMPS = sorted(DUMP_DIR.glob("*.json"))
+
+
+@contextlib.contextmanager
+def later_check(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """What a later version adds: a probe fact (only when the task resolves) and the check that
+    needs it, as one function and one fact, nothing else."""
+    from slurmenv.doctor import registry
+
+    probe = sys.modules["slurmenv.doctor.probe"]  # the module (doctor.probe is its function)
+    monkeypatch.setattr(probe, "FACTS", (*probe.FACTS, "later_fact"))
+    gather = probe._facts
+
+    def with_later_fact(res: Any) -> dict[str, Any]:
+        found: dict[str, Any] = gather(res)
+        if res is not None:
+            found["later_fact"] = 1500
+        return found
+
+    monkeypatch.setattr(probe, "_facts", with_later_fact)
+
+    def check_later(ctx: Any) -> Any:
+        if ctx.facts is None:
+            return ctx.skipped_local("later")
+        value = ctx.facts["later_fact"]  # never missing: a dump predating it does not get here
+        if value is None:
+            return doctor.Check("later", "skipped", "no resolution")
+        return doctor.Check("later", "ok", f"later fact {value}")
+
+    checks, functions, needs = dict(registry.CHECKS), list(registry.FUNCTIONS), dict(registry.NEEDS)
+    looks_at = dict(registry.LOOKS_AT)
+    registry.check("later", "later", "a later fact", facts=("later_fact",))(check_later)
+    try:
+        yield
+    finally:  # the registry as it was, in place (checks.py and report.py hold the same objects)
+        registry.CHECKS.clear()
+        registry.CHECKS.update(checks)
+        registry.FUNCTIONS[:] = functions
+        registry.NEEDS.clear()
+        registry.NEEDS.update(needs)
+        registry.LOOKS_AT.clear()
+        registry.LOOKS_AT.update(looks_at)
+
+
+@pytest.mark.parametrize("path", DUMPS, ids=[p.stem for p in DUMPS])
+def test_a_check_on_a_new_fact_is_skipped_in_dumps_that_predate_it(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from slurmenv import dump
+
+    loaded = dump.load(str(path))
+    before = doctor.replay(loaded)
+    with later_check(monkeypatch):
+        after = doctor.replay(loaded)
+        text = doctor.format_report(after)
+    *others, later = after.checks
+    assert others == before.checks and after.title == before.title  # the others unchanged
+    assert later == doctor.Check(
+        "later", "skipped",
+        "not recorded in this dump (recorded by slurmenv 0.1.0, before the probe fact "
+        "later_fact): take a new one with slurmenv dump --probe",
+    )
+    assert "skipped  later " in text and "Traceback" not in text
+    if path.stem.startswith("healthy"):  # all ok that it can answer
+        assert {c.verdict for c in others if not c.message.startswith(NOT_RECORDED)} == {"ok"}
+    assert doctor.CHECKS == {c.name: doctor.CHECKS[c.name] for c in before.checks}  # restored
+
+
+def test_a_check_on_a_new_fact_runs_on_dumps_that_have_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from slurmenv import dump
+
+    data = json.loads((DUMP_DIR / "healthy-rank0.json").read_text(encoding="utf-8"))
+    path = tmp_path / "later.json"
+    with later_check(monkeypatch):
+        for value, verdict in ((9000, ("ok", "later fact 9000")),
+                               (None, ("skipped", "no resolution"))):
+            path.write_text(json.dumps({**data, "probe": {**data["probe"], "later_fact": value}}))
+            checks = {c.name: c for c in doctor.replay(dump.load(str(path))).checks}
+            assert (checks["later"].verdict, checks["later"].message) == verdict
+        # live, the probe writes the new fact always: None where it does not apply
+        assert doctor.probe(synth.clean_env())["later_fact"] == 1500
+        batch = dump.load(str(DUMP_DIR / "batch-script.json"))
+        with batch.environment() as env:
+            assert doctor.probe(env)["later_fact"] is None
+        # facts given to diagnose() (not a replayed dump) are taken as complete: a check
+        # failing on a fact left out is reported skipped, with the error
+        report = doctor.diagnose(step(0), {}, facts=facts(node="r1n09"))
+        later = next(c for c in report.checks if c.name == "later")
+        assert later.verdict == "skipped"
+        assert later.message.startswith("not checked: it failed on its input (KeyError")
+
+
+def test_every_fact_a_check_needs_is_one_the_probe_records() -> None:
+    from slurmenv import dump
+    from slurmenv.doctor import context, registry
+
+    facts_ = sys.modules["slurmenv.doctor.probe"].FACTS
+    assert set(context.FIRST_FACTS) <= set(facts_)
+    for name, needed in registry.NEEDS.items():
+        assert set(needed) <= set(facts_), name
+    assert set(doctor.probe(synth.clean_env())) == set(facts_)
+    with dump.load(str(DUMP_DIR / "batch-script.json")).environment() as env:
+        found = doctor.probe(env)  # no resolution: the first facts leave some out, no later one
+    assert set(found) < set(facts_)
+    assert set(facts_) - set(context.FIRST_FACTS) <= set(found)

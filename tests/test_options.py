@@ -21,22 +21,15 @@ import slurmenv
 from slurmenv import cli, doctor, dump, options, show, torchrun
 from slurmenv.doctor.context import _PORT_VARIABLES, Context
 from slurmenv.errors import SlurmEnvError
-from slurmenv.options import ADDRESS, FLAG, PORT, RANGE, TABLE, TEMPLATE
+from slurmenv.options import FLAG, KINDS, TABLE
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: Per kind: a text and the value it means, a text refused, and the Python types.
-SAMPLES: dict[str, tuple[str, object, str]] = {
-    PORT: ("12345", 12345, "80"),
-    RANGE: ("20000-30000", (20000, 30000), "1-2"),
-    TEMPLATE: ("{host}-ib", "{host}-ib", "{host.upper}"),
-    ADDRESS: ("10.1.2.17", "10.1.2.17", "two words"),
-    FLAG: ("yes", True, "maybe"),
-}
-FIELD_TYPE = {PORT: "int | None", RANGE: "tuple[int, int]", TEMPLATE: "str | None",
-              ADDRESS: "str | None", FLAG: "bool"}
-KEYWORD_TYPE = {PORT: "int | None", RANGE: "tuple[int, int] | str | None",
-                TEMPLATE: "str | None", ADDRESS: "str | None", FLAG: "bool | None"}
+
+def field_type(row: options.Option) -> str:
+    """The annotation of ``row``'s Options field: its kind's type, or None by default."""
+    return row.kind.type + (" | None" if row.default is None else "")
+
 
 ROWS = pytest.mark.parametrize("row", TABLE, ids=[row.field for row in TABLE])
 
@@ -51,24 +44,42 @@ def test_resolve_keywords_are_the_table() -> None:
     for row in TABLE:
         param = inspect.signature(slurmenv.resolve).parameters[row.field]
         assert param.kind is inspect.Parameter.KEYWORD_ONLY and param.default is None
-        assert param.annotation == KEYWORD_TYPE[row.kind], row.field
+        assert param.annotation == row.kind.keyword, row.field
 
 
 def test_options_is_the_table() -> None:
     assert options.Options._fields == tuple(row.field for row in TABLE)
     assert tuple(options.Options()) == tuple(row.default for row in TABLE)
     for row in TABLE:
-        assert options.Options.__annotations__[row.field] == FIELD_TYPE[row.kind], row.field
+        assert options.Options.__annotations__[row.field] == field_type(row), row.field
         assert row.variable == "SLURMENV_" + row.field.upper()
         assert row.flag == "--" + row.field.replace("_", "-")
 
 
+@pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.name)
+def test_each_kind_reads_its_samples(kind: options.Kind) -> None:
+    assert len({repr(value) for _, value in kind.valid}) >= 2, "two valid values at least"
+    for text, value in kind.valid:
+        assert kind.parse(text, "SLURMENV_X") == value
+        assert options.PARSERS[kind](text, "SLURMENV_X") == value
+    assert kind.invalid, "one refused text at least"
+    for text in kind.invalid:
+        with pytest.raises(SlurmEnvError) as err:
+            kind.parse(text, "SLURMENV_X")
+        assert (err.value.variable, err.value.value, err.value.fix) == ("SLURMENV_X", text,
+                                                                         kind.fix)
+        assert err.value.message and "\n" not in err.value.message
+
+
+def test_every_kind_has_a_row() -> None:
+    assert {row.kind for row in TABLE} == set(KINDS)
+
+
 def sample(row: options.Option) -> tuple[str, object, list[str]]:
     """A text for ``row`` that is not its default, its value, and the command line giving it."""
+    text, value = next((t, v) for t, v in row.kind.valid if v != row.default)
     if row.kind == FLAG:
-        text, value = ("no", False) if row.default else ("yes", True)
         return text, value, ["--no-" + row.flag[2:] if row.default else row.flag]
-    text, value, _ = SAMPLES[row.kind]
     return text, value, [row.flag, text]
 
 
@@ -80,8 +91,7 @@ def test_each_option_from_its_variable_keyword_and_flag(row: options.Option) -> 
     assert getattr(options.from_environ({}, **{row.field: text}), row.field) == value
     assert getattr(options.from_environ({}, **{row.field: value}), row.field) == value
     # the keyword or flag wins over the variable
-    other = {PORT: "23456", RANGE: "11000-31000", TEMPLATE: "{host}.ib", ADDRESS: "n7",
-             FLAG: "1" if row.default else "0"}[row.kind]
+    other = next(t for t, v in row.kind.valid if v != value)
     assert getattr(options.from_environ({row.variable: other}, **{row.field: text}),
                    row.field) == value
     for parse in (lambda a: cli.build_parser().parse_args(["export", *a]),
@@ -93,11 +103,12 @@ def test_each_option_from_its_variable_keyword_and_flag(row: options.Option) -> 
 
 @ROWS
 def test_each_bad_value_names_the_variable_or_the_flag(row: options.Option) -> None:
-    _, _, bad = SAMPLES[row.kind]
-    with pytest.raises(SlurmEnvError) as err:
-        options.from_environ({row.variable: bad})
-    assert (err.value.variable, err.value.value) == (row.variable, bad)
-    if row.kind != FLAG:  # a flag on the command line has no text
+    for bad in row.kind.invalid:
+        with pytest.raises(SlurmEnvError) as err:
+            options.from_environ({row.variable: bad})
+        assert (err.value.variable, err.value.value, err.value.fix) == (row.variable, bad,
+                                                                         row.kind.fix)
+        # a keyword's text (a flag's on the command line has none) names the flag
         with pytest.raises(SlurmEnvError) as err:
             options.from_environ({}, **{row.field: bad})
         assert (err.value.variable, err.value.value) == (row.flag, bad)
@@ -116,7 +127,7 @@ def every_flag() -> tuple[list[str], dict[str, object]]:
     argv: list[str] = []
     want: dict[str, object] = {}
     for row in TABLE:
-        text = SAMPLES[row.kind][0]
+        text = row.kind.valid[0][0]
         argv += [row.flag] if row.kind == FLAG else [f"{row.flag}={text}"]
         want[row.field] = True if row.kind == FLAG else text
     return argv, want
@@ -144,7 +155,7 @@ def test_doctor_files_every_option_error_under_options() -> None:
     for row in TABLE:
         if row.field == "resolve_addr":
             continue  # doctor resolves without DNS whatever is asked (it looks names up itself)
-        env = {**synth.step_env(["n1", "n2"], [1, 1], 0), row.variable: SAMPLES[row.kind][2]}
+        env = {**synth.step_env(["n1", "n2"], [1, 1], 0), row.variable: row.kind.invalid[0]}
         err = doctor.resolve_for_doctor(env, {})[1]
         assert err is not None and err.variable == row.variable
         category = Context(env, {}, None, err, None, None, "all").err_category()
@@ -157,9 +168,9 @@ def test_torchrun_takes_the_rows_marked_torchrun() -> None:
     assert {"port", "addr_template", "master_addr"} <= {row.field for row in rows}
     argv: list[str] = []
     for row in rows:
-        argv += [row.flag] if row.kind == FLAG else [row.flag, SAMPLES[row.kind][0]]
+        argv += [row.flag] if row.kind == FLAG else [row.flag, row.kind.valid[0][0]]
     own, rest = torchrun.parse_own([*argv, "--dry-run", "--", "--nnodes=2", "train.py"])
-    assert own == {**{row.field: True if row.kind == FLAG else SAMPLES[row.kind][0]
+    assert own == {**{row.field: True if row.kind == FLAG else row.kind.valid[0][0]
                       for row in rows}, "dry_run": True}
     assert rest == ["--nnodes=2", "train.py"]
     usage = torchrun.usage()
@@ -192,20 +203,25 @@ def test_the_regenerate_command_writes_the_page(tmp_path: Path) -> None:
     assert (tmp_path / "docs" / "options.md").read_text(encoding="utf-8") == options.markdown()
 
 
-def load_with_extra_row(tmp_path: Path) -> Any:
-    """slurmenv/options.py with one more row, loaded as a module of the package."""
+def load_with(tmp_path: Path, row: str, kind: str = "") -> Any:
+    """slurmenv/options.py with one more row (and a kind before the table), loaded as a module
+    of the package."""
     source = (ROOT / "slurmenv" / "options.py").read_text(encoding="utf-8")
-    marker = "    # New fields go last"
-    assert marker in source
-    row = ('    extra: str | None = option("SLURMENV_EXTRA", "--extra", ADDRESS, None, '
-           '"an extra choice", metavar="X", torchrun=True)\n')
+    marker, table = "    # New fields go last", "class Options(NamedTuple):"
+    assert marker in source and table in source
+    source = source.replace(marker, row + marker, 1).replace(table, kind + table, 1)
     path = tmp_path / "options_with_extra.py"
-    path.write_text(source.replace(marker, row + marker, 1), encoding="utf-8")
+    path.write_text(source, encoding="utf-8")
     spec = importlib.util.spec_from_file_location("slurmenv._options_with_extra", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_with_extra_row(tmp_path: Path) -> Any:
+    return load_with(tmp_path, '    extra: str | None = option("SLURMENV_EXTRA", "--extra", '
+                     'ADDRESS, None, "an extra choice", metavar="X", torchrun=True)\n')
 
 
 def test_adding_an_option_is_one_row(tmp_path: Path) -> None:
@@ -223,6 +239,42 @@ def test_adding_an_option_is_one_row(tmp_path: Path) -> None:
     assert extra.given_in(parser.parse_args(["--extra=h4"])) == {"extra": "h4"}
     assert {"SLURMENV_EXTRA", "--extra"} <= extra.names()
     assert "| `--extra X` | `SLURMENV_EXTRA` | unset |" in extra.markdown()
+
+
+#: A kind of option that slurmenv does not have, written as its one entry.
+NEW_KIND = '''
+def _extra_count(text: str, variable: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise ValueError("not a count")
+    return int(text)
+
+
+EXTRA_COUNT = Kind("extra count", _extra_count, "int", "give a whole number, 1 or more",
+                   valid=[("3", 3), (" 12", 12)], invalid=["0", "many"])
+
+
+'''
+
+
+def test_an_option_of_a_new_kind_is_one_kind_and_its_row(tmp_path: Path) -> None:
+    extra = load_with(tmp_path, '    extra_count: int | None = option("SLURMENV_EXTRA_COUNT", '
+                      '"--extra-count", EXTRA_COUNT, None, "how many", metavar="N")\n', NEW_KIND)
+    kind = extra.EXTRA_COUNT
+    assert kind in extra.KINDS and extra.PARSERS[kind] == kind.parse
+    (row,) = [row for row in extra.TABLE if row.kind is kind]
+    assert extra.Options.__annotations__[row.field] == field_type(row) == "int | None"
+    assert kind.keyword == "int | None"
+    for text, value in kind.valid:  # what the tests above do with every row, on this one
+        assert extra.from_environ({row.variable: text}).extra_count == value
+        assert extra.from_environ({row.variable: "7"}, extra_count=text).extra_count == value
+    for bad in kind.invalid:
+        with pytest.raises(SlurmEnvError) as err:
+            extra.from_environ({row.variable: bad})
+        assert (err.value.variable, err.value.value, err.value.fix) == (
+            "SLURMENV_EXTRA_COUNT", bad, "give a whole number, 1 or more")
+    values, _ = extra.parse_leading(["--extra-count", "5"], extra.arguments())
+    assert extra.from_environ({}, **extra.given_in(values)).extra_count == 5
+    assert "| `--extra-count N` | `SLURMENV_EXTRA_COUNT` | unset | how many |" in extra.markdown()
 
 
 def test_master_addr_reaches_the_options(monkeypatch: pytest.MonkeyPatch) -> None:

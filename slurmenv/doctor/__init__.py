@@ -51,12 +51,13 @@ __all__ = [
     "ALL_PROXIES", "CHECKS", "ERROR", "GRPC_NO_PROXIES", "GRPC_PROXIES", "OK", "OTHER_PROXIES",
     "SKIPPED", "VERDICTS", "WARNING", "Check", "Report", "build_parser", "check", "diagnose",
     "format_report", "gloo_allows", "grpc_exempt", "grpc_proxy", "main", "nccl_allows",
-    "ports_here", "probe", "resolve_for_doctor", "use_colour",
+    "ports_here", "probe", "replay", "resolve_for_doctor", "use_colour",
 ]  # fmt: skip
 
 #: The public names loaded on first use, and their module (CHECKS is complete only once
 #: checks.py has registered every check).
-_LAZY = {"CHECKS": "checks", "diagnose": "checks", "build_parser": "command", "main": "command"}
+_LAZY = {"CHECKS": "checks", "diagnose": "checks", "build_parser": "command", "main": "command",
+         "replay": "command"}
 
 
 def __getattr__(name: str) -> Any:

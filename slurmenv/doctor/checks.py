@@ -14,7 +14,7 @@ from .. import gpus, nodes, ports, tfconfig, threads
 from ..errors import SlurmEnvError, is_number, to_int
 from ..launchers import base, outside_step
 from .context import Context, from_error, ports_here, rank_addresses, resolve_for_doctor
-from .registry import CHECKS, FUNCTIONS, check
+from .registry import CHECKS, FUNCTIONS, NEEDS, check
 from .report import ERROR, OK, SKIPPED, WARNING, Check, Report
 from .rules import (
     ALL_PROXIES,
@@ -34,15 +34,18 @@ def diagnose(
     ephemeral: tuple[int, int] | None = None,
     facts: Mapping[str, Any] | None = None,
     for_: str = "all",
+    recorded_by: str | None = None,
 ) -> Report:
     """Every check for the task whose environment is ``environ``.
 
     ``facts`` is what :func:`~.probe.probe` found on the node (None: the node-local checks are
-    skipped); ``ephemeral`` the node's ephemeral port range (None: unknown).
+    skipped); ``ephemeral`` the node's ephemeral port range (None: unknown); ``recorded_by``
+    the slurmenv version of the dump ``facts`` come from (a check needing a fact that dump
+    predates is skipped), None when they were probed here.
     """
     opts = dict(options or {})
     res, err = resolve_for_doctor(environ, opts)
-    ctx = Context(environ, opts, res, err, ephemeral, facts, for_)
+    ctx = Context(environ, opts, res, err, ephemeral, facts, for_, recorded_by)
     names = list(CHECKS)
     checks = [_run(name, function, ctx) for name, function in zip(names, FUNCTIONS)]
     try:
@@ -54,7 +57,11 @@ def diagnose(
 
 def _run(name: str, function: Callable[[Context], Check], ctx: Context) -> Check:
     """One check; one that fails on what it is given (a dump whose probe facts were edited)
-    is reported skipped with the reason, so the other checks are still shown."""
+    is reported skipped with the reason, so the other checks are still shown, as is one
+    needing a fact the replayed dump predates."""
+    missing = ctx.unrecorded(NEEDS.get(name, ()))
+    if missing:
+        return ctx.not_recorded(name, missing)
     try:
         return function(ctx)
     except Exception as exc:  # noqa: BLE001 - facts from a file: any shape may come in
@@ -609,14 +616,13 @@ def _check_tf_config(ctx: Context) -> Check:
     "`slurmenv.lightning.Environment()`",
 )
 def _check_lightning(ctx: Context) -> Check:
-    """What Lightning's own cluster environment would make of this step, when Lightning is
-    installed (found, not imported): it refuses or misnumbers steps that the plugin
-    ``slurmenv.lightning.Environment`` runs."""
-    import importlib.util
-
+    """What Lightning's own cluster environment would make of this step, unless the probe
+    found Lightning is not installed on the node (a dump predating that fact, or taken without
+    --probe, does not say: the step is checked): it refuses or misnumbers steps that the plugin
+    ``slurmenv.lightning.Environment`` runs. Never the machine replaying a dump."""
     from ..lightning import tasks_per_node
 
-    if not any(importlib.util.find_spec(p) for p in ("lightning", "pytorch_lightning")):
+    if (ctx.facts or {}).get("lightning") is False:
         return Check("lightning", OK, "Lightning is not installed here: nothing to check")
     res, env = ctx.res, ctx.environ
     if res is None:

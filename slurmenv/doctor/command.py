@@ -7,12 +7,16 @@ import os
 import shutil
 import sys
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..errors import SlurmEnvError
 from .checks import diagnose
 from .context import resolve_for_doctor
 from .probe import probe
-from .report import format_report, to_json, use_colour
+from .report import Report, format_report, to_json, use_colour
+
+if TYPE_CHECKING:
+    from ..dump import Dump
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,6 +64,20 @@ def _outputs(environ: Mapping[str, str], given: str | None) -> str:
         return "all"
 
 
+def replay(
+    loaded: Dump, options: Mapping[str, Any] | None = None, for_: str | None = None
+) -> Report:
+    """The checks of a dump's task, on its recorded environment, options and node facts
+    (``doctor --from``); ``options`` win over the recorded ones. A check needing a fact the
+    dump predates is skipped, saying so."""
+    merged = {**loaded.replay_options, **(options or {})}
+    with loaded.environment() as env:
+        return diagnose(
+            env, merged, ephemeral=loaded.ephemeral_range, facts=loaded.probe,
+            for_=_outputs(env, for_), recorded_by=loaded.version,
+        )
+
+
 def main(argv: Sequence[str]) -> int:
     """``slurmenv doctor``; returns 1 when any check gives an error, else 0."""
     from .. import ports
@@ -74,12 +92,7 @@ def main(argv: Sequence[str]) -> int:
         except SlurmEnvError as exc:
             print_error(exc)
             return 2
-        merged = {**loaded.replay_options, **options}
-        with loaded.environment() as env:
-            report = diagnose(
-                env, merged, ephemeral=loaded.ephemeral_range, facts=loaded.probe,
-                for_=_outputs(env, args.for_),
-            )
+        report = replay(loaded, options, args.for_)
         report = report._replace(title=f"{report.title} [replayed from {args.from_file}]")
     else:
         res, _ = resolve_for_doctor(os.environ, options)

@@ -16,6 +16,13 @@ from .rules import socket_ifname
 
 NOT_PROBED = "not probed: this dump was taken without 'slurmenv dump --probe'"
 NO_RESOLUTION = "needs a resolution (see above)"
+NOT_RECORDED = "not recorded in this dump"
+
+#: The facts of the first probe (slurmenv 0.1.0), which left out ``master``, ``route`` and
+#: ``listening`` when they did not apply. Every later fact (``probe.FACTS``) is always written
+#: (None when it does not apply), so a dump without one was recorded before it existed.
+#: Never extended.
+FIRST_FACTS = ("hostname", "cpus", "interfaces", "master", "route", "listening")
 
 # Which check reports a resolution error, by the variable at fault.
 _STEP_VARIABLES = ("SLURM_STEP_ID", "SLURM_STEPID", "SLURM_JOB_ID")
@@ -84,6 +91,7 @@ class Context:
         ephemeral: tuple[int, int] | None,
         facts: Mapping[str, Any] | None,
         for_: str,
+        recorded_by: str | None = None,
     ) -> None:
         self.environ = environ
         self.options = options
@@ -92,6 +100,7 @@ class Context:
         self.ephemeral = ephemeral
         self.facts = facts
         self.for_ = for_
+        self.recorded_by = recorded_by  # the slurmenv version of a replayed dump's facts
         self.job = base.job_id(environ)
         self.step = base.step_id(environ)
 
@@ -142,6 +151,23 @@ class Context:
 
     def skipped_local(self, what: str) -> Check:
         return Check(what, SKIPPED, NOT_PROBED)
+
+    def unrecorded(self, needed: Sequence[str]) -> list[str]:
+        """The facts of ``needed`` that a replayed dump's probe did not record, because it
+        predates them (none when the facts were probed here, or not at all)."""
+        if self.recorded_by is None or self.facts is None:
+            return []
+        return [name for name in needed if name not in self.facts and name not in FIRST_FACTS]
+
+    def not_recorded(self, what: str, facts: Sequence[str]) -> Check:
+        """The verdict of a check whose facts this dump predates: skipped, saying so."""
+        version = (self.recorded_by or "?")[:40]
+        return Check(
+            what, SKIPPED,
+            f"{NOT_RECORDED} (recorded by slurmenv {version}, before the probe "
+            f"fact{'s' * (len(facts) != 1)} {', '.join(facts)}): take a new one with "
+            "slurmenv dump --probe",
+        )
 
     def no_resolution(self, what: str) -> Check:
         """The verdict of a check that needs a resolution when there is none."""

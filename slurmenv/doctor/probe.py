@@ -12,7 +12,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..resolution import Resolution
-from .context import ports_here, resolve_for_doctor
+from .context import FIRST_FACTS, ports_here, resolve_for_doctor
+
+#: Every node fact the probe records: a new one is gathered in :func:`_facts` and named here.
+FACTS = ("hostname", "cpus", "interfaces", "master", "route", "listening", "lightning")
 
 
 def probe(
@@ -22,15 +25,26 @@ def probe(
 ) -> dict[str, Any]:
     """Look at this node: DNS for the master, the route to it, listening ports, CPUs.
 
-    The result is JSON-ready (``slurmenv dump --probe`` records it).
+    The result is JSON-ready (``slurmenv dump --probe`` records it). Its keys are ``FACTS``;
+    each fact added after ``context.FIRST_FACTS`` is always there (None when it does not
+    apply), so that a dump without it is known to predate it.
     """
-    import socket
-
     env = os.environ if environ is None else environ
     if res is None:
         res, _ = resolve_for_doctor(env, options or {})
+    facts = _facts(res)
+    for name in FACTS:
+        if name not in FIRST_FACTS:
+            facts.setdefault(name, None)
+    return facts
+
+
+def _facts(res: Resolution | None) -> dict[str, Any]:
+    import socket
+
     facts: dict[str, Any] = {"hostname": socket.gethostname(), "cpus": _cpus()}
     facts["interfaces"] = _interfaces()
+    facts["lightning"] = _lightning()
     if res is None:
         return facts
     facts["master"] = _lookup(res.master_addr)
@@ -41,6 +55,13 @@ def probe(
         [port for port, _ in ports_here(res)], res.job_id, res.step_id
     )
     return facts
+
+
+def _lightning() -> bool:
+    """Whether Lightning is installed for this Python (found, not imported)."""
+    import importlib.util
+
+    return any(importlib.util.find_spec(p) is not None for p in ("lightning", "pytorch_lightning"))
 
 
 def _cpus() -> dict[str, int | None]:
