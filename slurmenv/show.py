@@ -276,7 +276,7 @@ def _own_task(
 ) -> str:
     where = f"job {res.job_id} step {res.step_id}" if res.job_id else "no Slurm job"
     if res.job_id and res.step_id is None:
-        where = f"job {res.job_id}, not in a step of it"
+        where = res.origin  # the launcher's own words (a rank of mpirun's node has no step)
     out = [f"launcher: {res.launcher} ({where}), task on {res.hostname or '(host unknown)'}"]
     unknown = unknown or {}
     width = max(len(name) for name in [*values, *unknown])

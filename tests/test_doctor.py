@@ -670,3 +670,17 @@ def test_every_fact_a_check_needs_is_one_the_probe_records() -> None:
         found = doctor.probe(env)  # no resolution: the first facts leave some out, no later one
     assert set(found) < set(facts_)
     assert set(facts_) - set(context.FIRST_FACTS) <= set(found)
+
+
+@pytest.mark.parametrize("fixture", ["openmpi_default", "openmpi5_default", "hydra_default"])
+def test_doctor_speaks_of_the_ranks_launcher_not_srun(fixture: str) -> None:
+    """An MPI rank's TF_CONFIG check is skipped in its launcher's own words (the label its
+    module gives), never with srun's ("under srun") whatever the launcher."""
+    path = Path(__file__).resolve().parent / "fixtures" / "mpi" / f"{fixture}.json"
+    env = dict(json.loads(path.read_text())["ranks"][1]["env"])
+    checks = run(env, None)
+    tf = checks["tf-config"]
+    assert tf.verdict == doctor.SKIPPED, tf
+    label = ("Open MPI job" if fixture.startswith("openmpi") else "Hydra job")
+    assert f"no TF_CONFIG for a task of {label}" in tf.message, tf.message
+    assert "srun" not in tf.message

@@ -251,7 +251,10 @@ def test_mpi_rank_in_a_job_but_in_no_step_says_job_not_step(
     use_env(monkeypatch, env)
     assert main(["show"]) == 0
     out = capsys.readouterr().out
-    assert "launcher: openmpi (job 1, not in a step of it)" in out
+    # in the launcher's own words, not srun's: mpirun's node, the batch script's variables
+    assert ("launcher: openmpi (a rank of Open MPI's mpirun in Slurm job 1 (its Slurm variables "
+            "are the batch script's: mpirun's own node))") in out
+    assert "step" not in out.splitlines()[0].replace("Slurm job", "")
     assert "None" not in out
     # Hydra's ranks are tasks of its proxy step: that one is still shown
     hydra = mpi_rank_env("hydra_default", 0)

@@ -575,8 +575,8 @@ def _check_tf_config(ctx: Context) -> Check:
     if not res.layout_known and "TF_CONFIG" not in res.fixed:
         return Check(
             "tf-config", SKIPPED,
-            f"{res.launcher} sets no TF_CONFIG (TensorFlow needs one task per process under "
-            "srun)",
+            f"no TF_CONFIG for a task of {res.label}: {res.launcher} tells each task its own "
+            "place only, not where every task runs, which TF_CONFIG lists",
         )
     try:
         config = res.tf_config
