@@ -102,12 +102,18 @@ def report(short: bool, tmp: Path, rounds: int) -> None:
     if venv is not None:
         venv.base_env["SLURM_CONF"] = str(setup.slurm_conf)
     print(f"# slurmenv benchmark ({'short' if short else 'full'} run)\n")
-    where = (f"{venv.root} ({venv.packages}; "
-             + (f"built by this run in {venv.seconds:.0f} s)" if venv.built else "reused)")
-             if venv else f"NOT BUILT: {venv_problem}")
+    if venv is not None:
+        built = (f"built by this run in {venv.seconds:.0f} s" if venv.built
+                 else "built earlier for this state of the checkout")
+        where = (f"`python3 -m venv` ({venv.base_python}), then `pip install` of the checkout: "
+                 f"{', '.join(venv.packages.split())}; no system site packages ({built}, "
+                 f"kept in {venv.cache})")
+    else:
+        where = f"NOT BUILT: {venv_problem}"
     print(f"- Fresh virtual environment (the headline): {where}.")
-    print(f"- This interpreter (context): Python {sys.version.split()[0]} ({sys.executable}), "
-          f"slurmenv from {Path(imported).parent} (bytecode compiled).")
+    print(f"- This interpreter (context): {sys.executable}, Python {sys.version.split()[0]}, "
+          "with slurmenv copied from the checkout (bytecode compiled)"
+          + ("" if Path(imported).parent.parent == setup.site else f" BUT {imported}") + ".")
     print(f"- scontrol: {setup.scontrol_problem or setup.scontrol}; {os.cpu_count()} CPUs, "
           f"load average at start {os.getloadavg()[0]:.2f}.\n")
 
@@ -198,8 +204,11 @@ AVOIDED_NOTE = (
     "`json` (TF_CONFIG is encoded by `tfconfig.py`, checked byte for byte against json.dumps), "
     "`socket`, `subprocess` or argparse (common `export` and `exec` command lines are parsed by "
     "`options.parse_leading`, checked against argparse); tests/test_fast_path.py keeps it so. "
-    "A node list of ranges in one pair of brackets (what Slurm writes for a step) is expanded "
-    "by slurmenv, checked against python-hostlist, which expands any other.")
+    "Cut for issue 21: a node list as Slurm writes it for a step (a prefix and one pair of "
+    "brackets of numbers and ranges) is expanded by `nodes.py` into python-hostlist's names "
+    "without importing it (tests/test_nodes.py compares them; any other list is "
+    "python-hostlist's), TF_CONFIG's plain strings are quoted without `_json`, and "
+    "`render.sh_word` replaces characters in turn instead of compiling a regular expression.")
 
 
 def targets(short: bool, fresh: bool, proc: dict[str, float], context: dict[str, float],

@@ -255,6 +255,9 @@ AVOIDED = (
      "import hostlist; hostlist.expand_hostlist('{list}')"),
     ("slurmenv's expansion of `{list}` (what export does)", "from slurmenv import nodes",
      "nodes.expand('{list}', 'SLURM_STEP_NODELIST')"),
+    ("`import _json` (json's C encoder)", "", "import _json"),
+    ("compiling a regular expression (the one sh quoting used)", "",
+     "re.compile(r'[ \\t\\n*?\\[(]')"),
 )
 TIMED = """\
 import re, sys, time

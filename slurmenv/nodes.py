@@ -83,7 +83,7 @@ def _simple_expansion(part: str) -> list[str] | None:
     None for any other part, left to python-hostlist.
 
     The names are python-hostlist's (tests/test_nodes.py compares them): a number is written as
-    given, a range's names are zero-padded to its low bound's width (``%0*d``); a descending
+    given, a range's numbers are zero-padded to its low bound's width (``%0*d``); a descending
     range, or more names than python-hostlist gives for one part, is left to it too.
     """
     prefix, bracket, ranges = part.partition("[")
@@ -105,8 +105,9 @@ def _simple_expansion(part: str) -> list[str] | None:
         first, last = int(low), int(high)
         if last < first or len(names) + last - first >= HOSTLIST_MAX:
             return None
-        width = len(low)  # python-hostlist's "%0*d": str.zfill for numbers >= 0, faster
-        names += [prefix + number.zfill(width) for number in map(str, range(first, last + 1))]
+        # python-hostlist's "%s%0*d" % (prefix, len(low), number), the prefix in the pattern
+        pattern = prefix.replace("%", "%%") + "%0" + str(len(low)) + "d"
+        names += [pattern % number for number in range(first, last + 1)]
     return names if len(names) <= HOSTLIST_MAX else None
 
 
