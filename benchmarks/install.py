@@ -234,6 +234,10 @@ class FreshVenv:
 
     def ensure(self) -> FreshVenv:
         """Build the venv unless the cache holds it; raises VenvProblem when it cannot."""
+        try:
+            self.cache.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise VenvProblem(f"cache directory {self.cache}: {exc}") from None
         with locked(self.cache / "lock"):
             if not (self.root / self.READY).is_file():
                 self._build()
