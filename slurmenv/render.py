@@ -9,7 +9,6 @@ script or ``bash -c``, but does not close an interactive shell (an ``salloc`` se
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 
 from . import gpus, threads
@@ -234,23 +233,29 @@ def sh_quote(value: str) -> str:
 # they are written outside the single quotes in forms that eval turns back into themselves.
 # "(" too: bash 5.2 takes a word with "+(", "@(" or "!(" for a pattern even without extglob,
 # and a matching file name would replace it with its backslashes removed ('\0+(' -> '0+(').
+# Each is replaced in turn, in this order, which replaces every such character of the quoted
+# value once: no replacement holds a character replaced after it (the tab's holds "(" and " ").
+# No regular expression: compiling one would cost every task of a step (export's path).
 _NEWLINE_VAR = "_slurmenv_nl"
 _SPLIT_SAFE = {
-    " ": "'\" \"'",
-    "\t": "'\"$(printf '\\011')\"'",
-    "\n": f"'\"${_NEWLINE_VAR}\"'",
+    "(": "'\\('",
+    "[": "'\\['",
     "*": "'\\*'",
     "?": "'\\?'",
-    "[": "'\\['",
-    "(": "'\\('",
+    "\n": f"'\"${_NEWLINE_VAR}\"'",
+    " ": "'\" \"'",
+    "\t": "'\"$(printf '\\011')\"'",
 }
-_SPLIT_CHARS = re.compile(r"[ \t\n*?\[(]")
 
 
 def sh_word(value: str) -> str:
     """``sh_quote`` that also survives the field splitting and pathname expansion of an
     unquoted ``$(...)``; a newline needs ``SH_NEWLINE_SETUP`` evaluated first."""
-    return _SPLIT_CHARS.sub(lambda m: _SPLIT_SAFE[m.group()], sh_quote(value))
+    word = sh_quote(value)
+    for char, safe in _SPLIT_SAFE.items():
+        if char in word:
+            word = word.replace(char, safe)
+    return word
 
 
 SH_NEWLINE_SETUP = f"{_NEWLINE_VAR}=$(printf '\\012.');{_NEWLINE_VAR}=${{{_NEWLINE_VAR}%.}};\n"

@@ -10,15 +10,29 @@ from .errors import SlurmEnvError, is_number
 if TYPE_CHECKING:
     from typing import Any
 
-try:  # json's own string encoder, without importing the json package (export's hot path)
-    from _json import encode_basestring_ascii as _quote
-except ImportError:  # pragma: no cover - CPython always has _json
-    from json.encoder import encode_basestring_ascii as _quote
-
 # Linux refuses to exec with one environment string over MAX_ARG_STRLEN (128 KiB), counting
 # "TF_CONFIG=" and the terminating NUL.
 MAX_ARG_STRLEN = 128 * 1024
 MAX_VALUE = MAX_ARG_STRLEN - len("TF_CONFIG=") - 1
+
+
+def _plain(text: str) -> bool:
+    """True when JSON writes ``text`` as it is between double quotes (``json.dumps``, ASCII
+    output): printable ASCII without ``"`` or ``\\``. Host names and ports always are."""
+    return text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
+
+
+def _quote(text: str) -> str:
+    """``json.dumps(text)``. A plain string needs no encoder; any other is quoted by json's own
+    C encoder, imported only then: loading its extension module (``_json``) would cost every
+    task of a step about 0.3 ms on export's path."""
+    if _plain(text):
+        return '"' + text + '"'
+    try:
+        from _json import encode_basestring_ascii
+    except ImportError:  # pragma: no cover - CPython always has _json
+        from json.encoder import encode_basestring_ascii
+    return encode_basestring_ascii(text)
 
 
 def build(workers: Sequence[str], rank: int, chief: bool = False) -> dict[str, Any]:
@@ -44,10 +58,13 @@ def _compact(value: Any) -> str:
     if kind is int:
         return int.__repr__(value)
     if kind is list:
-        try:  # the worker list, all strings: quoted in C
-            return "[" + ",".join(map(_quote, value)) + "]"
+        try:  # the worker list: all strings, and all plain (checked at once, joined in C)
+            plain = value and _plain("".join(value))
         except TypeError:
             return "[" + ",".join([_compact(item) for item in value]) + "]"
+        if plain:
+            return '["' + '","'.join(value) + '"]'
+        return "[" + ",".join(map(_quote, value)) + "]"
     if kind is dict and all(type(key) is str for key in value):
         return "{" + ",".join([_quote(k) + ":" + _compact(v) for k, v in value.items()]) + "}"
     raise TypeError(kind)

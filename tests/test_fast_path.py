@@ -179,6 +179,39 @@ def test_tf_config_encoding_is_jsons(config: dict[str, object]) -> None:
     assert tfconfig.dumps(config, check_size=False) == json.dumps(config, separators=(",", ":"))
 
 
+@given(st.lists(st.text(alphabet='n0:."\\\x7f\x1f é', max_size=4), max_size=4),
+       st.text(alphabet='t:"\\\x00é', max_size=3))
+@settings(max_examples=500, deadline=None)
+def test_worker_lists_are_encoded_as_json_does(workers: list[str], key: str) -> None:
+    # Lists of strings take tfconfig's plain path (one check of all the strings, no _json)
+    # unless a string needs escaping: both must be json.dumps's bytes.
+    import json
+
+    from slurmenv import tfconfig
+
+    for config in ({"cluster": {"worker": workers}}, {key: workers, "k": [key, *workers]}):
+        assert tfconfig.dumps(config, check_size=False) == json.dumps(config, separators=(",", ":"))
+
+
+@given(st.text(alphabet=" \t\n*?[(')$\\\"ab", max_size=12))
+@settings(max_examples=1000, deadline=None)
+def test_sh_words_replace_each_character_once(value: str) -> None:
+    # render.sh_word replaces the characters unquoted eval would split or expand one after
+    # the other, without a regular expression (export's path); the result must be a single
+    # pass's: each character of the quoted value replaced once, replacements left alone.
+    import re
+
+    from slurmenv import render
+
+    chars = "".join(render._SPLIT_SAFE)
+    once = re.sub("[" + re.escape(chars) + "]", lambda m: render._SPLIT_SAFE[m.group()],
+                  render.sh_quote(value))
+    assert render.sh_word(value) == once
+    # and so: no replacement holds a character replaced after it
+    for i, safe in enumerate(render._SPLIT_SAFE.values()):
+        assert not set(safe) & set(chars[i + 1:]), safe
+
+
 @given(st.lists(st.integers(-5, 30)), st.integers(-10, 40))
 @settings(max_examples=500, deadline=None)
 def test_bisect_without_the_extension(values: list[int], x: int) -> None:
@@ -249,7 +282,10 @@ def test_export_path_imports_nothing_heavy_without_site() -> None:
         "import slurmenv.launchers as l\n"
         "print(l.detect(__import__('os').environ).NAME, file=sys.stderr)\n"
         "banned = {'typing', 'dataclasses', 'argparse', 'json', 'socket', 'psutil', 'torch', "
-        "'tensorflow', 'jax', 'string', 'subprocess', 'tempfile', 'threading'}\n"
+        "'tensorflow', 'jax', 'string', 'subprocess', 'tempfile', 'threading', "
+        # a list as Slurm writes it is expanded without python-hostlist, TF_CONFIG's plain
+        # strings are quoted without json's extension module
+        "'hostlist', '_json'}\n"
         "print(sorted(banned & set(sys.modules)), file=sys.stderr)\n"
     )
     env = {

@@ -150,3 +150,51 @@ def test_expand_matches_reference(groups: list[tuple[str, list[str]]], seps: lis
     assert nodes.expand(text, "SLURM_STEP_NODELIST") == expected
     # python-hostlist's compression of the same names expands back to them
     assert nodes.expand(synth.compress_hosts(expected), "X") == expected
+
+
+# --- the expansion without python-hostlist (export's path) ---------------------------------------
+
+_RANGE_ITEM = st.one_of(
+    st.from_regex(r"[0-9]{1,4}", fullmatch=True),
+    st.from_regex(r"[0-9]{1,4}-[0-9]{1,4}", fullmatch=True),
+    st.text(alphabet="0123-9x,%[]²٣ ", max_size=6),  # anything else
+)
+
+
+@given(st.text(alphabet="n%-x.]_ ", max_size=4), st.lists(_RANGE_ITEM, min_size=1, max_size=4),
+       st.sampled_from(["]", "", "]x", "]]"]))
+@settings(max_examples=2000, deadline=None)
+def test_simple_expansion_is_python_hostlists(prefix: str, items: list[str], end: str) -> None:
+    # nodes._simple_expansion expands prefix[numbers and ranges] itself; for every part it
+    # takes it must give python-hostlist's names, and it must leave to python-hostlist every
+    # part python-hostlist refuses.
+    import hostlist
+
+    part = prefix + "[" + ",".join(items) + end
+    ours = nodes._simple_expansion(part)
+    try:
+        theirs = hostlist.expand_hostlist(part, allow_duplicates=True)
+    except (hostlist.BadHostlist, ValueError):
+        assert ours is None, part
+        return
+    assert ours is None or ours == theirs, part
+
+
+@pytest.mark.parametrize(
+    ("part", "taken"),
+    [
+        ("n[0000-4095]", True), ("gpu[01-04,07,09-12]", True), ("n[7]", True),
+        ("[1-2]", True), ("a%d[1-3]", True), ("n[000000-099999]", True),
+        ("n[1-100000]", True),  # python-hostlist's cap: 100,000 names
+        ("n[0-100000]", False), ("n[1-150000]", False),  # beyond it: python-hostlist's business
+        ("n[1-2]-ib", False), ("rack[1-2]-n[1-2]", False), ("n[3-1]", False), ("n[1-]", False),
+        ("n[²]", False), ("n1", False), ("a]b[1]", False), ("n[1-2", False),
+    ],
+)
+def test_simple_expansion_takes_slurms_usual_lists(part: str, taken: bool) -> None:
+    import hostlist
+
+    ours = nodes._simple_expansion(part)
+    assert (ours is not None) == taken
+    if taken:
+        assert ours == hostlist.expand_hostlist(part, allow_duplicates=True)
