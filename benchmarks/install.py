@@ -112,6 +112,10 @@ class Setup:
         self.script = workdir / "slurmenv"
         self.script.write_text(CONSOLE_SCRIPT.format(python=sys.executable))
         self.script.chmod(0o755)
+        self.prolog = workdir / "slurmenv-task-prolog"
+        self.prolog.write_text(CONSOLE_SCRIPT.format(python=sys.executable).replace(
+            "from slurmenv.cli import main", "from slurmenv.taskprolog import main"))
+        self.prolog.chmod(0o755)
         self.slurm_conf = workdir / "slurm.conf"
         self.slurm_conf.write_text(SLURM_CONF)
         base = clean_env()
@@ -150,6 +154,9 @@ class Setup:
 
     def export(self, *args: str) -> list[str]:
         return [sys.executable, str(self.script), "export", *args]
+
+    def task_prolog(self) -> list[str]:
+        return [sys.executable, str(self.prolog)]
 
 
 # --- slurmenv as users install it ----------------------------------------------------------------
@@ -306,3 +313,7 @@ class FreshVenv:
     def export(self, *args: str) -> list[str]:
         """``slurmenv export`` as a user runs it: the console script, through its #! line."""
         return [self.script, "export", *args]
+
+    def task_prolog(self) -> list[str]:
+        """``slurmenv-task-prolog`` as Slurm runs it: the console script beside ``slurmenv``."""
+        return [os.path.join(os.path.dirname(self.script), "slurmenv-task-prolog")]

@@ -64,8 +64,7 @@ def bench_in_process(
         ])
     notes = [
         ("The node-count check (SLURM_STEP_NODELIST vs SLURM_STEP_NUM_NODES) expands the whole "
-         "list, included in the times above (lists like these, `n[0000-4095]`, by slurmenv "
-         "itself, into python-hostlist's names; other shapes by python-hostlist)."),
+         "list, with python-hostlist, included in the times above."),
         ("TF_CONFIG columns: building the worker list after `resolve()` (the dict, "
          "`res.tf_config`, and the checked JSON string, `res.env('tf')`)."),
     ]

@@ -24,6 +24,7 @@ from install import JOB_ID, Setup, host, nodelist, split_nodelist
 BARE = "python -c pass"
 FLOOR = 'python -c "import re"'
 UNAVOIDABLE_NAME = "the unavoidable work (a script)"
+PROLOG = "slurmenv-task-prolog"
 TARGET_RATIO_NODES = 4096
 
 # What many job scripts do in every task, with scontrol expanding the job's node list.
@@ -62,6 +63,7 @@ class Install(Protocol):
 
     def python(self) -> list[str]: ...
     def export(self, *args: str) -> list[str]: ...
+    def task_prolog(self) -> list[str]: ...
     def env(self, nodes: int, node_list: str | None = None) -> dict[str, str]: ...
 
 
@@ -97,9 +99,26 @@ def verify(install: Install, sizes: Sequence[int], unavoidable: Path | None) -> 
                 f"At {nodes:,} nodes TF_CONFIG would be over Linux's 128 KiB limit for one "
                 "variable: `slurmenv export` refuses it (exit 1), so `--for torch` is measured."
             )
-        elif unavoidable is not None:
-            check_unavoidable(install, unavoidable, env, out.stdout)
+        else:
+            check_prolog(install, env, out.stdout)
+            if unavoidable is not None:
+                check_unavoidable(install, unavoidable, env, out.stdout)
     return notes
+
+
+def check_prolog(install: Install, env: dict[str, str], export: str) -> None:
+    """The task prolog sets what export sets, with the same values (Slurm's protocol:
+    ``export NAME=value``, the value taken literally)."""
+    import shlex
+
+    out = run(install.task_prolog(), env)
+    got = dict(line[len("export "):].split("=", 1) for line in out.stdout.splitlines()
+               if line.startswith("export "))
+    want = {name: value for line in export_lines(export).values()
+            for name, value in [shlex.split(line[len("export "):].rstrip(";"))[0].split("=", 1)]}
+    if out.returncode != 0 or got != want:
+        raise WrongAnswer(f"slurmenv-task-prolog differs from slurmenv export:\n{out.stdout}"
+                          f"{out.stderr}\nexport:\n{export}")
 
 
 def check_unavoidable(install: Install, script: Path, env: dict[str, str], export: str) -> None:
@@ -156,6 +175,8 @@ def processes(
             FLOOR: [*py, "-c", "import re"],
             export_name: install.export(*(("--for", "torch") if big else ())),
         }
+        if not big:  # the same resolution through Slurm's task prolog (docs/task-prolog.md)
+            commands[PROLOG] = install.task_prolog()
         if full and not big:
             commands["slurmenv export --for torch"] = install.export("--for", "torch")
         if full:

@@ -2,11 +2,7 @@
 
 Expansion is python-hostlist's; this module only adds what Slurm does and python-hostlist does
 not: whitespace separators (python-hostlist splits at commas only), order and duplicates kept,
-and errors that name the variable. The one shape of part Slurm writes for most steps, a prefix
-and one pair of brackets of numbers and ranges (``n[0000-4095]``, ``gpu[01-04,07]``), is
-expanded here into python-hostlist's names without importing it (``slurmenv export`` runs in
-every task: the module, its regular expressions and its loop cost about 2 ms at 4,096 nodes);
-python-hostlist expands, or refuses, every other part.
+and errors that name the variable.
 
 Size limits. Slurm's own parser refuses more than 65,536 names in one range, yet Slurm writes
 such ranges: 100,000 consecutive nodes compress to ``n[000000-099999]``, which
@@ -73,49 +69,8 @@ def _large_hostlist() -> ModuleType:
     return _LARGE
 
 
-#: The most names python-hostlist gives for one part (its ``MAX_SIZE``).
-HOSTLIST_MAX = 100_000
-
-
-def _simple_expansion(part: str) -> list[str] | None:
-    """python-hostlist's names for a part ``prefix[ranges]``, a prefix without brackets and
-    one pair of brackets at the end holding numbers and ``low-high`` ranges (ASCII digits), or
-    None for any other part, left to python-hostlist.
-
-    The names are python-hostlist's (tests/test_nodes.py compares them): a number is written as
-    given, a range's numbers are zero-padded to its low bound's width (``%0*d``); a descending
-    range, or more names than python-hostlist gives for one part, is left to it too.
-    """
-    prefix, bracket, ranges = part.partition("[")
-    if not bracket or not ranges.endswith("]") or "]" in prefix:
-        return None
-    ranges = ranges[:-1]
-    if "[" in ranges or "]" in ranges:
-        return None
-    names: list[str] = []
-    for item in ranges.split(","):
-        low, dash, high = item.partition("-")
-        if not (low.isdigit() and low.isascii()):
-            return None
-        if not dash:
-            names.append(prefix + low)
-            continue
-        if not (high.isdigit() and high.isascii()):
-            return None
-        first, last = int(low), int(high)
-        if last < first or len(names) + last - first >= HOSTLIST_MAX:
-            return None
-        # python-hostlist's "%s%0*d" % (prefix, len(low), number), the prefix in the pattern
-        pattern = prefix.replace("%", "%%") + "%0" + str(len(low)) + "d"
-        names += [pattern % number for number in range(first, last + 1)]
-    return names if len(names) <= HOSTLIST_MAX else None
-
-
 def _expand_part(part: str) -> list[str]:
     """python-hostlist's expansion of one part; raises ValueError with its message."""
-    names = _simple_expansion(part)
-    if names is not None:
-        return names
     import hostlist
 
     try:
