@@ -119,7 +119,7 @@ def test_batch_script_misuse(slurm_cluster: SlurmCluster, tmp_path: pathlib.Path
 {SE} doctor; echo "doctor-rc=$?"
 {SE} dump --probe -o {tmp_path}/batch.json 2>/dev/null
 """
-    job = slurm_cluster.sbatch(script, ["-N2", "-n4"])
+    job = slurm_cluster.sbatch(script, ["-N2", "-w", "r1n[09-10]", "-n4"])
     assert job.returncode == 0, job.stderr
     out = job.stdout.splitlines()
     assert re.fullmatch(rf"rank=0/4 node=r1n09 ERROR inside Slurm job {job.job_id} .*", out[0])
@@ -158,7 +158,7 @@ def doctor_step(
 
 def test_proxy_set(slurm_cluster: SlurmCluster, tmp_path: pathlib.Path) -> None:
     proxy = "http://alice:secret@proxy.invalid:3128"  # never contacted
-    args = ["-N2", "-n2", f"--export=ALL,https_proxy={proxy}"]
+    args = ["-N2", "-w", "r1n[09-10]", "-n2", f"--export=ALL,https_proxy={proxy}"]
     reports = doctor_step(slurm_cluster, tmp_path, args, "proxy")
     for report in reports:
         check = checks_of(report)["proxy"]
@@ -204,7 +204,7 @@ SLURMENV_PORT=23457 srun -N1 -n2 -w r1n09 --overlap bash -c '
     f={d}/up2; for i in $(seq 100); do [ -e "$f" ] && break; sleep 0.1; done
     {SE} doctor --json > {d}/ours.json'
 """
-    job = slurm_cluster.sbatch(script, ["-N2", "--ntasks-per-node=2"])
+    job = slurm_cluster.sbatch(script, ["-N2", "-w", "r1n[09-10]", "--ntasks-per-node=2"])
     assert job.returncode == 0, job.stdout + job.stderr
     assert sorted(job.stdout.split()) == ["rc-0=1", "rc-1=0"]
     master = json.loads((d / "taken-0.json").read_text())
@@ -237,7 +237,7 @@ srun -N2 -n2 bash -c '{SE} doctor --json > {d}/inherited-$SLURM_PROCID.json; ech
 srun -N2 -n2 bash -c 'eval $({SE} export); echo "step-$SLURM_STEP_ID=$MASTER_PORT"'
 srun -N1 -n1 {SE} doctor -q
 """
-    job = slurm_cluster.sbatch(script, ["-N2", "--ntasks-per-node=1"])
+    job = slurm_cluster.sbatch(script, ["-N2", "-w", "r1n[09-10]", "--ntasks-per-node=1"])
     assert job.returncode == 0, job.stdout + job.stderr
     out = job.stdout.splitlines()
     # both tasks of the doctor step exit 0 (a warning), and a second step takes 29500 too
@@ -268,7 +268,7 @@ srun -N1 -n1 {SE} doctor -q
 def test_node_name_that_does_not_resolve(
     slurm_cluster: SlurmCluster, tmp_path: pathlib.Path
 ) -> None:
-    args = ["-N2", "-n2", "--export=ALL,SLURMENV_ADDR_TEMPLATE={host}-nosuch"]
+    args = ["-N2", "-w", "r1n[09-10]", "-n2", "--export=ALL,SLURMENV_ADDR_TEMPLATE={host}-nosuch"]
     reports = doctor_step(slurm_cluster, tmp_path, args, "nosuch")
     for report in reports:
         checks = checks_of(report)

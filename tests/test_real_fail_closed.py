@@ -44,7 +44,7 @@ echo "BIGGER-STEP status $?"
 def test_one_task_batch_script_resolves_and_cannot_mislead_later_steps(
     slurm_cluster: SlurmCluster,
 ) -> None:
-    res = slurm_cluster.sbatch(ONE_TASK.replace("{guard}", GUARD), ["-N1", "-n1"], env=ENV,
+    res = slurm_cluster.sbatch(ONE_TASK.replace("{guard}", GUARD), ["-N1", "-n1", "-w", "r1n09"], env=ENV,
                                timeout=TIMEOUT)
     lines = res.stdout.splitlines()
     batch = values(next(line for line in lines if line.startswith("BATCH ")))

@@ -72,7 +72,7 @@ def local_layout(got: Records) -> dict[int, tuple[str, int, int]]:
     return {rank: (rec["host"], rec["node_rank"], rec["local_rank"]) for rank, rec in got.items()}
 
 
-CYCLIC_ARGS = ["-N2", "--ntasks-per-node=2", "-m", "cyclic"]
+CYCLIC_ARGS = ["-N2", "-w", "r1n[09-10]", "--ntasks-per-node=2", "-m", "cyclic"]  # pinned: asserts hosts
 CYCLIC = {0: ("r1n09", 0, 0), 1: ("r1n10", 1, 0), 2: ("r1n09", 0, 1), 3: ("r1n10", 1, 1)}
 
 
@@ -106,7 +106,8 @@ done
 
 def test_sub_step_of_a_larger_job(slurm_cluster: SlurmCluster) -> None:
     script = SUB_STEPS.format(program=LIGHTNING)
-    res = slurm_cluster.sbatch(script, ["-N2", "--ntasks-per-node=2"], env=ENV, timeout=2 * TIMEOUT)
+    res = slurm_cluster.sbatch(script, ["-N2", "-w", "r1n[09-10]", "--ntasks-per-node=2"], env=ENV,
+                               timeout=2 * TIMEOUT)
     assert res.returncode == 0, explain(res)
     sections = {}
     for section in res.stdout.split("== ")[1:]:
@@ -137,7 +138,7 @@ def test_sub_step_of_a_larger_job(slurm_cluster: SlurmCluster) -> None:
 
 
 def test_uneven_step_is_refused(slurm_cluster: SlurmCluster) -> None:
-    res = lightning_step(slurm_cluster, ["-N2", "-n3"], "fabric")
+    res = lightning_step(slurm_cluster, ["-N2", "-w", "r1n[09-10]", "-n3"], "fabric")
     assert res.returncode != 0, explain(res)
     errors = [line for line in res.stderr.splitlines() if "SlurmEnvError:" in line]
     assert sorted(line.split(":")[0] for line in errors) == ["0", "1", "2"], explain(res)
@@ -147,7 +148,7 @@ def test_uneven_step_is_refused(slurm_cluster: SlurmCluster) -> None:
 
 
 def test_lightning_own_environment_refuses_srun_n(slurm_cluster: SlurmCluster) -> None:
-    res = lightning_step(slurm_cluster, ["-N2", "-n2"], "builtin", "1", "2")
+    res = lightning_step(slurm_cluster, ["-N2", "-w", "r1n[09-10]", "-n2"], "builtin", "1", "2")
     assert res.returncode != 0, explain(res)
     assert res.stderr.count("You set `--ntasks=2` in your SLURM bash script") == 2, explain(res)
     assert "LIGHTNING" not in res.stdout, explain(res)
