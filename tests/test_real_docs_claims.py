@@ -57,15 +57,15 @@ FAIL_ONE = 'if [ "$SLURM_PROCID" = 1 ]; then exit 3; fi; sleep 120'
 
 
 def test_kill_on_bad_exit_reaches_no_task(slurm_cluster: SlurmCluster) -> None:
-    # every variable name in the task (values differ from step to step, names would not)
-    probe = ["sh", "-c", "env | sed -n 's/^\\([A-Za-z_][A-Za-z0-9_]*\\)=.*/\\1/p' | sort -u | tr '\\n' ' '"]
+    # every variable name in the task, one a line (values differ from step to step, names not)
+    probe = ["sh", "-c", "env | sed -n 's/^\\([A-Za-z_][A-Za-z0-9_]*\\)=.*/\\1/p' | sort -u"]
     with_k = slurm_cluster.srun([*STEP, "--kill-on-bad-exit=1"], probe)
     without = slurm_cluster.srun(STEP, probe)
     assert with_k.returncode == 0 and without.returncode == 0, with_k.stderr + without.stderr
     # the same variables either way: nothing in a task says whether -K was given
     assert with_k.per_task == without.per_task, (with_k.per_task, without.per_task)
-    assert "SLURM_PROCID" in with_k.per_task[0][0].split()
-    assert not [name for name in with_k.per_task[0][0].split() if "KILL" in name.upper()]
+    assert "SLURM_PROCID" in with_k.per_task[0]
+    assert not [name for name in with_k.per_task[0] if "KILL" in name.upper()]
 
 
 def test_slurm_kill_bad_exit_in_the_environment_ends_the_step(
