@@ -198,14 +198,18 @@ def report(short: bool, tmp: Path, rounds: int) -> None:
 UNAVOIDABLE_NOTE = (
     "The unavoidable work: a 15-line script that expands the node list with python-hostlist, "
     "builds TF_CONFIG and writes the same lines as `slurmenv export` (checked, but for its "
-    "simpler ports), with none of slurmenv's checks: what any tool must pay for this step.")
+    "simpler ports), with none of slurmenv's checks, and ends without the interpreter's "
+    "teardown as export does: what any tool must pay for this step.")
 AVOIDED_NOTE = (
     "Export's path imports neither `typing` (`slurmenv/_compat.py` gives its NamedTuple) nor "
     "`json` (TF_CONFIG is encoded by `tfconfig.py`, checked byte for byte against json.dumps), "
     "`socket`, `subprocess` or argparse (common `export` and `exec` command lines are parsed by "
     "`options.parse_leading`, checked against argparse); tests/test_fast_path.py keeps it so. "
-    "Cut for issue 21: TF_CONFIG's plain strings are quoted without `_json`, and "
-    "`render.sh_word` replaces characters in turn instead of compiling a regular expression. "
+    "Cut for issue 21: the console scripts end without the interpreter's teardown once the "
+    "output is written (`commandline.end`: `os._exit`, unless an atexit handler or another "
+    "thread needs the teardown), the path no longer imports `collections.abc`, TF_CONFIG's "
+    "plain strings are quoted without `_json`, and `render.sh_word` replaces characters in turn "
+    "instead of compiling a regular expression. "
     "Node lists stay python-hostlist's (the project's rule: no hand-written hostlist parser), "
     "whose import and expansion is the largest single part left.")
 

@@ -45,10 +45,10 @@ CONSOLE_SCRIPT = """#!{python}
 # -*- coding: utf-8 -*-
 import re
 import sys
-from slurmenv.cli import main
+from slurmenv.cli import entry_point
 if __name__ == '__main__':
     sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
-    sys.exit(main())
+    sys.exit(entry_point())
 """
 
 SLURM_CONF = "ClusterName=slurmenv-bench\nSlurmctldHost=localhost\n"
@@ -114,7 +114,7 @@ class Setup:
         self.script.chmod(0o755)
         self.prolog = workdir / "slurmenv-task-prolog"
         self.prolog.write_text(CONSOLE_SCRIPT.format(python=sys.executable).replace(
-            "from slurmenv.cli import main", "from slurmenv.taskprolog import main"))
+            "from slurmenv.cli import", "from slurmenv.taskprolog import"))
         self.prolog.chmod(0o755)
         self.slurm_conf = workdir / "slurm.conf"
         self.slurm_conf.write_text(SLURM_CONF)

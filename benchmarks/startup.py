@@ -39,7 +39,8 @@ RECIPE_CHECK = RECIPE + '; printf "%s %s %s\\n" "$RANK" "$MASTER_ADDR" "$MASTER_
 
 # The least any tool must do for a task of a step with one task per node: expand the node
 # list (python-hostlist), build TF_CONFIG and write the sh lines export writes (same names,
-# same quoting; its ports are simpler). No checks, no options, no other launcher.
+# same quoting; its ports are simpler). No checks, no options, no other launcher. It ends as
+# export ends, without the interpreter's teardown, which no tool needs to pay either.
 UNAVOIDABLE = """\
 import os, sys
 import hostlist
@@ -55,6 +56,8 @@ values = {"RANK": rank, "LOCAL_RANK": env["SLURM_LOCALID"], "WORLD_SIZE": size,
           "MASTER_PORT": port, "TF_CONFIG": tf}
 sys.stdout.write("".join("export %s='%s';\\n" % (k, str(v).replace("[", "'\\\\['"))
                          for k, v in values.items()))
+sys.stdout.flush()
+os._exit(0)
 """
 
 

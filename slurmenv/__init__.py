@@ -11,11 +11,14 @@ Command line: ``srun bash -c 'eval $(slurmenv export); python train.py'``.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
 
+from ._compat import TYPE_CHECKING
 from .errors import SlurmEnvError
 from .options import Options
 from .resolution import OUTPUTS, Resolution
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
 
 __all__ = ["OUTPUTS", "Options", "Resolution", "SlurmEnvError", "__version__", "resolve"]
 __version__ = "0.3.0"

@@ -1,7 +1,5 @@
 """``python -m slurmenv``: the same as the ``slurmenv`` command."""
 
-import sys
+from .cli import entry_point
 
-from .cli import main
-
-sys.exit(main())
+entry_point()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
 
 from . import __version__, options, render, resolve
 from ._compat import TYPE_CHECKING
@@ -19,6 +18,8 @@ from .render import FORMATS, SHELLS
 
 if TYPE_CHECKING:
     import argparse  # imported for real only when argparse parses (see _fast_args)
+    from collections.abc import Sequence
+    from typing import NoReturn
 
     from .options import Arg
 
@@ -89,20 +90,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         # Make `eval $(slurmenv export); python train.py` stop before python in a script.
         fail_closed(args.format or args.shell)
         return 1
-    write_utf8(text)
-    return 0
+    from .commandline import write_output
 
-
-def write_utf8(text: str) -> None:
-    """Write ``text`` to stdout as UTF-8 whatever the locale (``PYTHONIOENCODING=ascii``): the
-    shell that evaluates it gets back the bytes the variables held."""
-    buffer = getattr(sys.stdout, "buffer", None)
-    if buffer is None:  # a replaced sys.stdout (tests): text as it is
-        sys.stdout.write(text)
-        return
-    sys.stdout.flush()
-    buffer.write(text.encode("utf-8"))
-    buffer.flush()
+    return write_output(text)
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
@@ -152,6 +142,19 @@ EXTERNAL = {
 }
 
 
+def entry_point() -> NoReturn:
+    """The ``slurmenv`` console script (and ``python -m slurmenv``): :func:`main` on
+    ``sys.argv``, then the process ends without the interpreter's teardown
+    (:func:`slurmenv.commandline.end`)."""
+    try:
+        status: object = main()
+    except SystemExit as exc:
+        status = exc.code
+    from .commandline import end
+
+    end(status)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``slurmenv`` command; returns the exit status.
 
@@ -172,7 +175,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
     except BrokenPipeError:
         # the reader went away (| head): nothing more to say to it, and no traceback
-        _silence_stdout()
+        from .commandline import silence_stdout
+
+        silence_stdout()
         return 1
     except Exception as exc:
         _fail_closed_quietly(_asked_format(argv))
@@ -187,23 +192,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 70  # EX_SOFTWARE
 
 
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null, so that the interpreter's last flush cannot fail again."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
-
-
 def _fail_closed_quietly(fmt: str | None) -> None:
     """``commandline.fail_closed``, when stdout can still be written to."""
-    from .commandline import fail_closed
+    from .commandline import fail_closed, silence_stdout
 
     try:
         fail_closed(fmt)
     except (OSError, ValueError):
-        _silence_stdout()
+        silence_stdout()
 
 
 def _run(argv: list[str]) -> int:

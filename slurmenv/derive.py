@@ -20,8 +20,6 @@ Shared by every launcher, so each rule lives once:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from . import ports
 from ._compat import TYPE_CHECKING
 from .errors import SlurmEnvError, parse_int
@@ -31,7 +29,7 @@ from .render import RANK_FIELDS
 from .resolution import Resolution
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
     from typing import Any
 
     from .launchers.base import AddressOf

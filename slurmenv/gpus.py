@@ -24,12 +24,11 @@ Everything here is a pure function of an environment mapping and the task's loca
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 from ._compat import TYPE_CHECKING, NamedTuple
 from .errors import SlurmEnvError, to_int
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
     from typing import Protocol
 
     class Resolution(Protocol):

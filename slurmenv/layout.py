@@ -13,11 +13,13 @@ cyclic otherwise (one task per node, where the two agree).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from itertools import accumulate
 
-from ._compat import NamedTuple, bisect_right
+from ._compat import TYPE_CHECKING, NamedTuple, bisect_right
 from .errors import SlurmEnvError, is_number
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 
 class Distribution(NamedTuple):

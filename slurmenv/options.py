@@ -20,13 +20,12 @@ a keyword argument or command-line flag overrides its variable.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-
 from ._compat import TYPE_CHECKING, NamedTuple  # not typing's: see _compat
 from .errors import SlurmEnvError
 from .ports import DEFAULT_RANGE, PORT_FIX, RANGE_FIX, parse_port, parse_range
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
     from typing import Any, TypeAlias
 
     #: A command-line option: ``parser.add_argument(flag, **keywords)``.
@@ -382,7 +381,8 @@ def names() -> frozenset[str]:
 
 def given_in(args: object) -> dict[str, Any]:
     """The options given on a command line (an argparse namespace or a mapping by dest)."""
-    values = args if isinstance(args, Mapping) else vars(args)
+    # a mapping has keys(); a namespace its __dict__ (collections.abc is not loaded for this)
+    values: Mapping[str, Any] = args if callable(getattr(args, "keys", None)) else vars(args)  # type: ignore[assignment]
     return {row.field: values[row.field] for row in TABLE if values.get(row.field) is not None}
 
 

@@ -23,10 +23,11 @@ TensorFlow ports. An explicit port (``--port``, ``SLURMENV_PORT`` or ``MASTER_PO
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from ._compat import NamedTuple
+from ._compat import TYPE_CHECKING, NamedTuple
 from .errors import SlurmEnvError, is_number
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 JOB_SLOTS = 1000
 DEFAULT_RANGE = (10000, 32767)

@@ -9,13 +9,12 @@ script or ``bash -c``, but does not close an interactive shell (an ``salloc`` se
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-
 from . import gpus, threads
 from ._compat import TYPE_CHECKING
 from .errors import SlurmEnvError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
     from typing import Any, Protocol
 
     class Resolution(Protocol):

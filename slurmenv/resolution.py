@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 from . import render
@@ -20,6 +19,7 @@ __all__ = ["OUTPUTS", "Resolution", "Topology"]
 ALWAYS_REPLACED = ("MASTER_ADDR", "TF_CONFIG", *GPU_NAMES)
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
     from typing import Any
 
 #: What to do when NODE_RANK or NNODES is needed but not known (an Open MPI 5 rank over

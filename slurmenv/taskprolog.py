@@ -21,8 +21,12 @@ A site enables it for every job with the shell shim ``slurmenv-site-prolog``
 from __future__ import annotations
 
 import os
-import sys
-from collections.abc import Mapping
+
+from ._compat import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import NoReturn
 
 #: The job variable that opts a job in when the site-wide prolog is configured
 #: (``sbatch --export=ALL,SLURMENV=1``); bin/slurmenv-site-prolog reads it before Python starts.
@@ -85,15 +89,21 @@ def run(environ: Mapping[str, str]) -> tuple[int, str]:
 def main() -> int:
     """Entry point of ``slurmenv-task-prolog`` (it takes no arguments: Slurm passes none)."""
     status, text = run(os.environ)
-    if text:
-        buffer = getattr(sys.stdout, "buffer", None)
-        if buffer is not None:
-            buffer.write(text.encode("utf-8"))
-            buffer.flush()
-        else:
-            sys.stdout.write(text)
-    return status
+    if not text:
+        return status
+    from .commandline import write_output
+
+    return write_output(text) or status
+
+
+def entry_point() -> NoReturn:
+    """The ``slurmenv-task-prolog`` console script: :func:`main`, then the process ends as
+    ``slurmenv``'s does (:func:`slurmenv.commandline.end`)."""
+    status = main()
+    from .commandline import end
+
+    end(status)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry_point()

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 from ._compat import TYPE_CHECKING
 from .errors import SlurmEnvError, is_number
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
     from typing import Any
 
 # Linux refuses to exec with one environment string over MAX_ARG_STRLEN (128 KiB), counting

@@ -16,10 +16,12 @@ would override the user's choice.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
 
-from ._compat import NamedTuple
+from ._compat import TYPE_CHECKING, NamedTuple
 from .errors import parse_int, to_int
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
 
 #: Variables set, in output order.
 VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")

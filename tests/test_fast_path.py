@@ -115,7 +115,7 @@ def test_export_path_imports_nothing_heavy() -> None:
         "from slurmenv.cli import main\n"
         "main(['export', '--for', 'torch'])\n"
         "heavy = {'argparse', 'json', 'socket', 'psutil', 'torch', 'tensorflow', 'jax', "
-        "'string', 'subprocess', 'tempfile'}\n"
+        "'string', 'subprocess', 'tempfile', 'typing', 'collections.abc', 'select'}\n"
         "print(sorted(heavy & (set(sys.modules) - before)), file=sys.stderr)\n"
     )
     env = {
@@ -145,7 +145,7 @@ def test_export_path_imports_nothing_heavy_in_a_bare_interpreter(flag: str) -> N
         "from slurmenv.cli import main\n"
         "main(['export', '--for', 'torch'])\n"
         "heavy = {'typing', 'dataclasses', 'argparse', 'json', 'socket', 'psutil', 'string', "
-        "'subprocess', 'tempfile', 'textwrap', 'inspect'}\n"
+        "'subprocess', 'tempfile', 'textwrap', 'inspect', 'collections.abc', 'select'}\n"
         "print(sorted(heavy & (set(sys.modules) - before)), file=sys.stderr)\n"
     )
     env = {

@@ -9,12 +9,10 @@ launcher (start-up cost: ``docs/design.md``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from .._compat import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
     from types import ModuleType
     from typing import TypeAlias
 

@@ -17,8 +17,6 @@ helpers below (:func:`read_int`, :func:`optional_int`, :func:`agree`, :func:`nod
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 from .._compat import TYPE_CHECKING, NamedTuple  # not typing's: on export's path
 from ..errors import SlurmEnvError, parse_int, require
 
@@ -215,7 +213,7 @@ class Topology:
 
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping, Sequence
 
     from ..ports import Ports as PortPlan
 

@@ -7,11 +7,13 @@ describe the allocation, not the step, and are never mixed in.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from .. import layout, nodes, ports
+from .._compat import TYPE_CHECKING
 from ..errors import SlurmEnvError, parse_int, require, to_int
 from .base import Task, Topology, job_id, node_sources, read_int, slurm_step_is_own, step_id
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 NAME = "slurm"
 #: The step-level variables read (job-level ones describe the allocation and are never mixed

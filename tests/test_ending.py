@@ -1,0 +1,158 @@
+"""How the console scripts write their output and end (``commandline.write_output``, ``end``).
+
+``slurmenv export`` runs in every task of a step, so its process ends without the interpreter's
+teardown once its output is written, unless something may still need the teardown (an atexit
+handler, another thread). The witness of the teardown is an object whose ``__del__`` writes to
+stderr: the teardown runs it, ``os._exit`` does not. Interpreters run with ``-S`` where the
+test is about the ending, so that no site hook of this machine registers an atexit handler.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import synth
+
+ROOT = Path(__file__).resolve().parent.parent
+
+WITNESS = (
+    "import os, sys\n"
+    "class Witness:\n"
+    "    def __del__(self):\n"
+    "        os.write(2, b'teardown ran\\n')\n"
+    "witness = Witness()\n"
+    "from slurmenv.commandline import end\n"
+)
+
+
+def ending(code: str) -> subprocess.CompletedProcess[str]:
+    """Run ``WITNESS + code`` in a fresh interpreter without site hooks."""
+    env = synth.clean_env(PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-S", "-c", WITNESS + code], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_end_writes_buffered_output_and_skips_the_teardown() -> None:
+    out = ending("sys.stdout.write('buffered, not yet flushed')\nend(0)")
+    assert (out.returncode, out.stdout) == (0, "buffered, not yet flushed")
+    assert "teardown ran" not in out.stderr
+
+
+def test_the_witness_sees_an_ordinary_teardown() -> None:
+    # the control: without end(), the same program's teardown runs the witness
+    out = ending("sys.stdout.write('x')\nsys.exit(0)")
+    assert (out.returncode, out.stdout) == (0, "x")
+    assert "teardown ran" in out.stderr
+
+
+@pytest.mark.parametrize(("status", "code", "stderr"), [
+    ("None", 0, ""), ("0", 0, ""), ("3", 3, ""), ("'refused: reason'", 1, "refused: reason\n"),
+])
+def test_end_keeps_the_exit_status(status: str, code: int, stderr: str) -> None:
+    out = ending(f"end({status})")
+    assert (out.returncode, out.stderr) == (code, stderr)
+
+
+def test_an_atexit_handler_gets_the_ordinary_teardown() -> None:
+    out = ending("import atexit\natexit.register(lambda: os.write(2, b'handler ran\\n'))\n"
+                 "end(0)")
+    assert out.returncode == 0
+    assert "handler ran" in out.stderr and "teardown ran" in out.stderr
+
+
+def test_a_running_thread_is_waited_for() -> None:
+    out = ending("import threading, time\n"
+                 "threading.Thread(target=lambda: (time.sleep(0.3), os.write(1, b'thread done'))"
+                 ").start()\nend(0)")
+    assert (out.returncode, out.stdout) == (0, "thread done")
+
+
+# --- through the commands, as a user runs them ---------------------------------------------------
+def step(nodes: int, unbuffered: bool = False) -> dict[str, str]:
+    hosts = [f"n{i:05d}" for i in range(nodes)]
+    env = {**synth.clean_env(PYTHONPATH=str(ROOT)), **synth.step_env(hosts, [1] * nodes, 1)}
+    env.pop("PYTHONUNBUFFERED", None)
+    if unbuffered:  # stdout's buffer is then the raw file, whose writes may be partial
+        env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+COMMANDS = [["slurmenv", "export"], ["slurmenv.taskprolog"]]
+BUFFERING = [pytest.param(False, id="buffered"), pytest.param(True, id="PYTHONUNBUFFERED")]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_full_disk_is_an_error_not_a_traceback(command: list[str]) -> None:
+    with open("/dev/full", "w") as full:
+        out = subprocess.run([sys.executable, "-m", *command], env=step(4), stdout=full,
+                             stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+    assert out.returncode == 1
+    assert out.stderr == "slurmenv: error: cannot write the output: No space left on device\n"
+
+
+@pytest.mark.parametrize("unbuffered", BUFFERING)
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_reader_that_goes_away_ends_the_command_quietly(command: list[str],
+                                                          unbuffered: bool) -> None:
+    # 8,192 nodes: TF_CONFIG alone is over the 64 KiB a pipe holds, so the write meets the
+    # closed pipe whatever the timing
+    with subprocess.Popen([sys.executable, "-m", *command], env=step(8192, unbuffered),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout.read(7) == b"export "
+        proc.stdout.close()
+        stderr = proc.stderr.read()
+        assert proc.wait(timeout=60) == 1
+    assert stderr == b""
+
+
+@pytest.mark.parametrize("unbuffered", BUFFERING)
+@pytest.mark.parametrize("command", COMMANDS)
+def test_output_cut_short_by_a_file_size_limit_is_an_error(
+    command: list[str], unbuffered: bool, tmp_path: Path
+) -> None:
+    # The write stops at the limit (100,000 of about 123,000 bytes) and says how much it
+    # wrote; the next write fails (EFBIG). Unbuffered, the first write's count was once
+    # ignored: a truncated file and exit status 0.
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+
+    target = tmp_path / "env.sh"
+    with target.open("wb") as handle:
+        out = subprocess.run([sys.executable, "-m", *command], env=step(8192, unbuffered),
+                             stdout=handle, stderr=subprocess.PIPE, text=True, timeout=60,
+                             check=False, preexec_fn=limit)
+    assert out.returncode == 1
+    assert out.stderr == "slurmenv: error: cannot write the output: File too large\n"
+    assert target.stat().st_size == 100_000
+
+
+@pytest.mark.parametrize("unbuffered", BUFFERING)
+def test_the_whole_output_reaches_a_slow_reader(unbuffered: bool) -> None:
+    proc = subprocess.run(
+        ["sh", "-c", f"{sys.executable} -m slurmenv export | (sleep 0.3; cat)"],
+        env=step(8192, unbuffered), capture_output=True, text=True, timeout=60, check=True)
+    assert len(proc.stdout) > 120_000 and proc.stdout.endswith("';\n")
+
+
+def test_the_command_prints_everything_main_returns(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from slurmenv.cli import main
+
+    env = step(4096)
+    out = subprocess.run([sys.executable, "-m", "slurmenv", "export"], env=env,
+                         capture_output=True, text=True, timeout=60, check=True)
+    for name in list(os.environ):
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(["export"]) == 0
+    assert out.stdout == capsys.readouterr().out
+    assert len(out.stdout) > 50_000
