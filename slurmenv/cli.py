@@ -115,7 +115,9 @@ def cmd_exec(args: argparse.Namespace) -> int:
         os.execvp(argv[0], argv)
     except (OSError, ValueError) as exc:
         why = exc.strerror if isinstance(exc, OSError) else str(exc)
-        sys.stderr.write(f"slurmenv: error: cannot run {argv[0]!r}: {why}\n")
+        from .commandline import say
+
+        say(f"slurmenv: error: cannot run {argv[0]!r}: {why}\n")
         # the shell's convention: 127 not found, 126 found but not executable
         return 127 if isinstance(exc, FileNotFoundError) else 126
     return 0  # pragma: no cover - execvp does not return
@@ -183,7 +185,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _fail_closed_quietly(_asked_format(argv))
         if os.environ.get("SLURMENV_DEBUG", "") not in ("", "0"):
             raise
-        sys.stderr.write(
+        from .commandline import say
+
+        say(
             f"slurmenv: internal error: {type(exc).__name__}: {str(exc)[:300]}\n"
             f"  this is a bug in slurmenv {__version__}, not a problem of your job: please "
             "report it on the slurmenv issue tracker with this message (SLURMENV_DEBUG=1 shows "

@@ -44,12 +44,12 @@ def resolve_from_args(args: argparse.Namespace) -> Resolution:
 
 def print_error(exc: SlurmEnvError) -> None:
     """Write a resolution error to stderr, prefixed like every slurmenv message."""
-    sys.stderr.write(printable(f"slurmenv: error: {exc}") + "\n")
+    say(printable(f"slurmenv: error: {exc}") + "\n")
 
 
 def usage_error(message: str) -> NoReturn:
     """Refuse a command line the way argparse does (main then makes ``eval`` stop)."""
-    sys.stderr.write(f"slurmenv: error: {message}\n")
+    say(f"slurmenv: error: {message}\n")
     raise SystemExit(2)
 
 
@@ -58,6 +58,8 @@ def fail_closed(fmt: str | None) -> None:
     """Print the failure text of shell ``fmt`` (None: the calling shell's, else sh's), which
     ``eval`` turns into an exit from a script but not from an interactive shell. Nothing for
     a data format (``--format``) or when stdout is a terminal: then nobody evaluates it."""
+    if sys.stdout is None:  # started with stdout closed (>&-): nobody evaluates anything
+        return
     isatty = getattr(sys.stdout, "isatty", None)
     if fmt in render.FORMATS or (isatty is not None and isatty()):  # not for eval
         return
@@ -85,6 +87,9 @@ def write_output(text: str) -> int:
     that the shell evaluating it gets back the bytes the variables held; the exit status: 0, or
     1 when it could not be written (a full disk: the reason on stderr; a reader that went away,
     ``| head``: nothing more to say), never a traceback."""
+    if sys.stdout is None:  # started with stdout closed (>&-)
+        say("slurmenv: error: cannot write the output: stdout is closed\n")
+        return 1
     buffer = getattr(sys.stdout, "buffer", None)
     try:
         if buffer is None:  # a replaced sys.stdout (tests): text as it is
@@ -95,7 +100,7 @@ def write_output(text: str) -> int:
         buffer.flush()
     except OSError as exc:
         if not isinstance(exc, BrokenPipeError):
-            _say_on_stderr(f"slurmenv: error: cannot write the output: {exc.strerror or exc}\n")
+            say(f"slurmenv: error: cannot write the output: {exc.strerror or exc}\n")
         silence_stdout()
         return 1
     return 0
@@ -131,16 +136,18 @@ def end(status: object) -> NoReturn:
     if status is None or isinstance(status, int):
         code = int(status or 0)
     else:  # sys.exit("text"): the text on stderr, status 1
-        _say_on_stderr(f"{status}\n")
+        say(f"{status}\n")
         code = 1
     for stream in (sys.stdout, sys.stderr):
+        if stream is None:  # started with it closed
+            continue
         try:
             stream.flush()
         except (OSError, ValueError) as exc:  # ValueError: a stream closed by the command
             code = code or 1
             if stream is sys.stdout:
                 if not isinstance(exc, BrokenPipeError):
-                    _say_on_stderr(f"slurmenv: error: cannot write the output: {exc}\n")
+                    say(f"slurmenv: error: cannot write the output: {exc}\n")
                 silence_stdout()
     if not _needs_teardown():
         os._exit(code & 0xFF)
@@ -158,7 +165,11 @@ def _needs_teardown() -> bool:
     return threading is not None and threading.active_count() > 1
 
 
-def _say_on_stderr(text: str) -> None:
+def say(text: str) -> None:
+    """Write a message to stderr, if there is one to write to (not when the command was started
+    with stderr closed, ``2>&-``, or it cannot be written)."""
+    if sys.stderr is None:
+        return
     try:
         sys.stderr.write(text)
         sys.stderr.flush()
@@ -172,5 +183,5 @@ def silence_stdout() -> None:
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
+    except (AttributeError, OSError, ValueError):  # AttributeError: no stdout at all
         pass

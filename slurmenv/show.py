@@ -20,7 +20,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import gpus, options, tfconfig
-from .commandline import add_resolution_options, print_error, resolve_from_args
+from .commandline import (
+    add_resolution_options,
+    print_error,
+    resolve_from_args,
+    say,
+    write_output,
+)
 from .errors import SlurmEnvError, is_number, printable
 from .resolution import Resolution
 
@@ -361,11 +367,15 @@ def main(argv: Sequence[str]) -> int:
         if replay and not args.json:
             sys.stderr.write("\n".join(replay) + "\n")
         if args.one_line:
-            sys.stdout.write(printable(one_line_error(exc, environ)) + "\n")
+            write_output(printable(one_line_error(exc, environ)) + "\n")
         print_error(exc)
         return 1
-    sys.stdout.write(text if args.json else printable(text))
     if replay and not args.json:
         # After the output: a replay's verdict is what a bug report needs to show.
-        (sys.stderr if args.one_line else sys.stdout).write("\n".join(replay) + "\n")
-    return 0
+        verdict = "\n".join(replay) + "\n"
+        if args.one_line:
+            status = write_output(printable(text))
+            say(verdict)
+            return status
+        text += verdict
+    return write_output(text if args.json else printable(text))

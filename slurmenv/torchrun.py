@@ -273,12 +273,11 @@ def parse_own(argv: Sequence[str]) -> tuple[dict[str, object], list[str]]:
 
 def main(argv: Sequence[str]) -> int:
     """``slurmenv torchrun``: resolve, fill in torchrun's options, exec torchrun."""
-    from .commandline import print_error, usage_error
+    from .commandline import print_error, usage_error, write_output
 
     own, rest = parse_own(argv)
     if own.pop("help", False):
-        sys.stdout.write(usage())
-        return 0
+        return write_output(usage())
     if scan(rest)[1] >= len(rest) and "help" not in scan(rest)[0]:
         sys.stderr.write(usage())
         usage_error("torchrun needs a training script")
@@ -291,8 +290,7 @@ def main(argv: Sequence[str]) -> int:
     if dry_run:
         import shlex
 
-        sys.stdout.write(shlex.join(launch.argv) + "\n")
-        return 0
+        return write_output(shlex.join(launch.argv) + "\n")
     sys.stdout.flush()
     sys.stderr.flush()
     try:

@@ -156,3 +156,32 @@ def test_the_command_prints_everything_main_returns(
     assert main(["export"]) == 0
     assert out.stdout == capsys.readouterr().out
     assert len(out.stdout) > 50_000
+
+
+@pytest.mark.parametrize("command", [
+    "slurmenv export", "slurmenv export --format json", "slurmenv show", "slurmenv doctor",
+    "slurmenv dump -o -", "slurmenv torchrun --help", "slurmenv torchrun --dry-run train.py",
+    "slurmenv.taskprolog",
+])
+def test_a_closed_stdout_is_an_error_not_a_bug_report(command: str) -> None:
+    out = subprocess.run(["sh", "-c", f'exec "$0" -m {command} >&-', sys.executable],
+                         env=step(4), capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 1
+    assert out.stderr.endswith("slurmenv: error: cannot write the output: stdout is closed\n")
+    assert "Traceback" not in out.stderr and "internal error" not in out.stderr
+
+
+def test_exec_runs_its_command_with_stdout_closed() -> None:
+    out = subprocess.run(
+        ["sh", "-c", 'exec "$0" -m slurmenv exec -- sh -c \'echo "rank $RANK" >&2\' >&-',
+         sys.executable], env=step(4), capture_output=True, text=True, timeout=60, check=False)
+    assert (out.returncode, out.stderr) == (0, "rank 1\n")
+
+
+@pytest.mark.parametrize(("extra", "code"), [({}, 0), ({"SLURM_PROCID": "x"}, 1)])
+def test_a_closed_stderr_keeps_the_exit_status(extra: dict[str, str], code: int) -> None:
+    out = subprocess.run(["sh", "-c", 'exec "$0" -m slurmenv export 2>&-', sys.executable],
+                         env={**step(4), **extra}, capture_output=True, text=True, timeout=60,
+                         check=False)
+    assert out.returncode == code
+    assert ("export RANK='1';" in out.stdout) == (code == 0)

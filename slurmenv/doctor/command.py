@@ -9,6 +9,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..commandline import write_output
 from ..errors import SlurmEnvError
 from .checks import diagnose
 from .context import resolve_for_doctor
@@ -113,13 +114,10 @@ def main(argv: Sequence[str]) -> int:
             sys.stderr.write("slurmenv: error: no interface to export (see the checks above)\n")
             fail_closed(args.shell)  # eval $(slurmenv doctor --export-ifname) must stop too
             return 1
-        sys.stdout.write(render.render(report.ifname, args.shell))
-        return status
+        return write_output(render.render(report.ifname, args.shell)) or status
     if args.json:
-        sys.stdout.write(to_json(report))
-    else:
-        tty = bool(getattr(sys.stdout, "isatty", lambda: False)())
-        width = shutil.get_terminal_size().columns if tty else None
-        colour = use_colour(args.color, sys.stdout)
-        sys.stdout.write(format_report(report, colour, quiet=args.quiet, width=width))
-    return status
+        return write_output(to_json(report)) or status
+    tty = bool(getattr(sys.stdout, "isatty", lambda: False)())
+    width = shutil.get_terminal_size().columns if tty else None
+    colour = use_colour(args.color, sys.stdout)
+    return write_output(format_report(report, colour, quiet=args.quiet, width=width)) or status

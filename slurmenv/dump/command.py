@@ -54,8 +54,9 @@ def main(argv: Sequence[str]) -> int:
     data = collect(options=options_from_args(args), probe=args.probe)
     text = json.dumps(data, indent=1, sort_keys=False) + "\n"
     if args.output == "-":
-        sys.stdout.write(text)
-        return 0
+        from ..commandline import write_output
+
+        return write_output(text)
     path = expand_output(args.output, os.environ, data["resolution"].get("summary"))
     try:
         write_new(path, text, args.force)
