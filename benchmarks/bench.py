@@ -240,6 +240,7 @@ def targets(short: bool, fresh: bool, proc: dict[str, float], context: dict[str,
 
     # from CPU time: the wall-clock exponent moves with other load on the machine
     growth, tf_growth = exponent("resolve" + CPU), exponent("tf dict" + CPU)
+    reference = exponent(scale.REFERENCE + CPU)
     wall = f"wall-clock time: {exponent('resolve')[0]:.2f} and {exponent('tf dict')[0]:.2f}"
     print("\n## Targets" + (" (information: a short run never fails on them)" if short else ""))
     print("\nEach figure: the median, and the range between the quartiles of its runs; a target "
@@ -258,6 +259,9 @@ def targets(short: bool, fresh: bool, proc: dict[str, float], context: dict[str,
           f"{SIZES[-1]:,} nodes; 1 = linear, at most {MAX_EXPONENT}): resolve() k = "
           f"{spread(*growth, times_x)}, TF_CONFIG k = {spread(*tf_growth, times_x)} ({wall}) — "
           f"{verdict(max(growth[0], tf_growth[0]) <= MAX_EXPONENT)}")
+    print(f"  (context, measured the same way: Python alone building one `host:port` string "
+          f"per node, k = {spread(*reference, times_x)}; on this machine k moves from run to run "
+          "with where the allocator finds memory, more for the largest lists)")
 
 
 if __name__ == "__main__":

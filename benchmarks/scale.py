@@ -17,6 +17,13 @@ from harness import CPU, WrongAnswer, in_process, ms, peak_rss_kib, quartiles, w
 from install import Setup, host, step_env
 from startup import TARGET_RATIO_NODES, Install
 
+REFERENCE = "python strings"
+
+
+def _host_ports(hosts: list[str]) -> list[str]:
+    """What any code does per node for TF_CONFIG, at least: one new string per node."""
+    return [host + ":12345" for host in hosts]
+
 
 def bench_in_process(
     setup: Setup, sizes: Sequence[int], rounds: dict[int, int]
@@ -40,6 +47,9 @@ def bench_in_process(
         }
         if n <= TARGET_RATIO_NODES:
             fns["tf"] = (partial(slurmenv.resolve, env), methodcaller("env", "tf"))
+        # the reference for growth: Python itself building one string per node
+        hosts = list(slurmenv.resolve(env).hosts)
+        fns[REFERENCE] = (partial(list, hosts), _host_ports)
         gc.collect()
         for key, values in in_process(fns, rounds[n]).items():
             times[f"{n}:{key}"] = values
@@ -52,7 +62,8 @@ def bench_in_process(
         def per_node(digits: int, n: int = n) -> Callable[[float], str]:
             return lambda s: f"{s / n * 1e6:.{digits}f}"
 
-        for key in ("resolve", "tf dict", "resolve" + CPU, "tf dict" + CPU):
+        for key in ("resolve", "tf dict", REFERENCE, *(k + CPU for k in ("resolve", "tf dict",
+                                                                         REFERENCE))):
             q1, q2, q3 = quartiles(runs(key))
             results[f"{n}:{key}"] = q2
             results[f"{n}:{key}:q1"], results[f"{n}:{key}:q3"] = q1, q3
