@@ -42,7 +42,7 @@ import page
 import rival_look
 import scale
 import startup
-from harness import CPU, met, ms, table, times_x
+from harness import CPU, FAULTS, met, ms, table, times_x
 from install import FreshVenv, Setup, VenvProblem
 
 SIZES = (4, 4096, 100_000)
@@ -259,9 +259,14 @@ def targets(short: bool, fresh: bool, proc: dict[str, float], context: dict[str,
           f"{SIZES[-1]:,} nodes; 1 = linear, at most {MAX_EXPONENT}): resolve() k = "
           f"{spread(*growth, times_x)}, TF_CONFIG k = {spread(*tf_growth, times_x)} ({wall}) — "
           f"{verdict(max(growth[0], tf_growth[0]) <= MAX_EXPONENT)}")
+    faults = {n: {key: inproc[f"{n}:{key}{FAULTS}"] for key in ("resolve", "tf dict")}
+              for n in (GROWTH_FROM, SIZES[-1])}
     print(f"  (context, measured the same way: Python alone building one `host:port` string "
-          f"per node, k = {spread(*reference, times_x)}; on this machine k moves from run to run "
-          "with where the allocator finds memory, more for the largest lists)")
+          f"per node, k = {spread(*reference, times_x)}. Minor page faults per call, each a page "
+          "of new memory from the system, which a process pays once at any size but these "
+          "repeated calls pay only where freed memory went back to the system: "
+          + "; ".join(f"{n:,} nodes: resolve() {f['resolve']:,.0f}, TF_CONFIG {f['tf dict']:,.0f}"
+                      for n, f in faults.items()) + ")")
 
 
 if __name__ == "__main__":

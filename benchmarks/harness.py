@@ -11,6 +11,7 @@ children included: less disturbed by other load on a small machine).
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -19,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 
 CPU = " (cpu)"  # key suffix of CPU times in alternate()'s result
+FAULTS = " (faults)"  # key suffix of in_process()'s minor page faults per call
 
 
 class WrongAnswer(Exception):
@@ -103,9 +105,11 @@ def in_process(
 ) -> dict[str, list[float]]:
     """Like alternate(), for ``(prepare, run)`` pairs called in this process: only
     ``run(prepare())`` is timed, in wall-clock time and (under ``name + CPU``) in this
-    process's CPU time."""
+    process's CPU time; ``name + FAULTS``: the minor page faults of each call (pages of new
+    memory the system gave the process)."""
     names = list(fns)
-    times: dict[str, list[float]] = {key: [] for name in names for key in (name, name + CPU)}
+    times: dict[str, list[float]] = {key: [] for name in names
+                                     for key in (name, name + CPU, name + FAULTS)}
     for r in range(rounds):
         shift = r % len(names)
         order = names[shift:] + names[:shift]
@@ -114,10 +118,12 @@ def in_process(
         for name in order:
             prepare, run = fns[name]
             arg = prepare()
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             start, start_cpu = time.perf_counter(), time.process_time()
             result = run(arg)
             times[name + CPU].append(time.process_time() - start_cpu)
             times[name].append(time.perf_counter() - start)
+            times[name + FAULTS].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults)
             del result, arg  # freed outside the timed region
     return times
 

@@ -13,7 +13,7 @@ from functools import partial
 from operator import attrgetter, methodcaller
 from pathlib import Path
 
-from harness import CPU, WrongAnswer, in_process, ms, peak_rss_kib, quartiles, with_spread
+from harness import CPU, FAULTS, WrongAnswer, in_process, ms, peak_rss_kib, quartiles, with_spread
 from install import Setup, host, step_env
 from startup import TARGET_RATIO_NODES, Install
 
@@ -62,8 +62,9 @@ def bench_in_process(
         def per_node(digits: int, n: int = n) -> Callable[[float], str]:
             return lambda s: f"{s / n * 1e6:.{digits}f}"
 
-        for key in ("resolve", "tf dict", REFERENCE, *(k + CPU for k in ("resolve", "tf dict",
-                                                                         REFERENCE))):
+        for key in ("resolve", "tf dict", REFERENCE, *(k + extra for extra in (CPU, FAULTS)
+                                                         for k in ("resolve", "tf dict",
+                                                                   REFERENCE))):
             q1, q2, q3 = quartiles(runs(key))
             results[f"{n}:{key}"] = q2
             results[f"{n}:{key}:q1"], results[f"{n}:{key}:q3"] = q1, q3
