@@ -185,15 +185,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _fail_closed_quietly(_asked_format(argv))
         if os.environ.get("SLURMENV_DEBUG", "") not in ("", "0"):
             raise
-        from .commandline import say
+        from .commandline import say, unexpected
 
-        say(
-            f"slurmenv: internal error: {type(exc).__name__}: {str(exc)[:300]}\n"
-            f"  this is a bug in slurmenv {__version__}, not a problem of your job: please "
-            "report it on the slurmenv issue tracker with this message (SLURMENV_DEBUG=1 shows "
-            "the traceback). Nothing was exported.\n"
-        )
-        return 70  # EX_SOFTWARE
+        status, message = unexpected(exc, "Nothing was exported.")
+        say(message)
+        return status
 
 
 def _fail_closed_quietly(fmt: str | None) -> None:

@@ -4,7 +4,7 @@
   :func:`add_resolution_options`) and resolving with what they parsed
   (:func:`resolve_from_args`);
 * how a command refuses: a resolution error (:func:`print_error`), a command line
-  (:func:`usage_error`), and the failure text that makes ``eval $(slurmenv ...)`` stop a
+  (:func:`usage_error`), any other exception (:func:`unexpected`), and the failure text that makes ``eval $(slurmenv ...)`` stop a
   script (:func:`fail_closed`);
 * writing a command's output whatever the locale and whatever stdout is
   (:func:`write_output`), and how a console script's process ends once it is written
@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import sys
 
-from . import options, render, resolve
+from . import __version__, options, render, resolve
 from ._compat import TYPE_CHECKING
 from .errors import SlurmEnvError, printable
 
@@ -51,6 +51,23 @@ def usage_error(message: str) -> NoReturn:
     """Refuse a command line the way argparse does (main then makes ``eval`` stop)."""
     say(f"slurmenv: error: {message}\n")
     raise SystemExit(2)
+
+
+def unexpected(exc: Exception, outcome: str, debug_hint: bool = True) -> tuple[int, str]:
+    """The exit status and message for an exception that is not a SlurmEnvError; ``outcome``
+    says what did not happen ("Nothing was exported.").
+
+    Running out of memory is a limit of the job, not a bug: status 1 and how to raise it.
+    Anything else is a bug in slurmenv: status 70 (EX_SOFTWARE) and where to report it."""
+    if isinstance(exc, MemoryError):
+        return 1, ("slurmenv: error: out of memory: this process may not use the memory that "
+                   f"resolving this step needs. {outcome}\n"
+                   "  fix: raise the memory limit of the job or the shell (sbatch --mem, "
+                   "ulimit -v)\n")
+    hint = " (SLURMENV_DEBUG=1 shows the traceback)" if debug_hint else ""
+    return 70, (f"slurmenv: internal error: {type(exc).__name__}: {str(exc)[:300]}\n"
+                f"  this is a bug in slurmenv {__version__}, not a problem of your job: please "
+                f"report it on the slurmenv issue tracker with this message{hint}. {outcome}\n")
 
 
 # --- failing closed -------------------------------------------------------------------------

@@ -77,13 +77,10 @@ def run(environ: Mapping[str, str]) -> tuple[int, str]:
     except SlurmEnvError as exc:
         return 1, refusal(f"slurmenv: error: {exc}\nslurmenv: the task was not started")
     except Exception as exc:  # noqa: BLE001 - a bug must still stop the task, with a reason
-        from . import __version__
+        from .commandline import unexpected
 
-        return 70, refusal(
-            f"slurmenv: internal error: {type(exc).__name__}: {str(exc)[:300]}\n"
-            f"slurmenv: this is a bug in slurmenv {__version__}: please report it on the "
-            "slurmenv issue tracker; the task was not started"
-        )
+        status, message = unexpected(exc, "The task was not started.", debug_hint=False)
+        return status, refusal(message)
 
 
 def main() -> int:

@@ -95,3 +95,39 @@ def test_escape_sequences_reach_no_terminal_raw() -> None:
     for out in (show, doctor):
         assert "\x1b" not in out.stdout + out.stderr
         assert "\\x1b" in out.stdout + out.stderr
+
+
+def test_running_out_of_memory_is_the_jobs_limit_not_a_bug(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def hungry(args: object) -> int:
+        raise MemoryError
+
+    monkeypatch.setitem(cli.COMMANDS, "export", hungry)
+    monkeypatch.delenv("SLURMENV_DEBUG", raising=False)
+    assert cli.main(["export"]) == 1
+    out, err = capsys.readouterr()
+    assert out == render.FAILURE["sh"]
+    assert err.startswith("slurmenv: error: out of memory") and "ulimit -v" in err
+    assert "bug" not in err
+
+
+def test_a_memory_limit_met_while_resolving_100000_nodes() -> None:
+    # The limit is set once the interpreter and slurmenv are loaded: 4 MiB more than the
+    # process has mapped, less than expanding 100,000 node names takes.
+    hosts = [f"n{i:06d}" for i in range(100_000)]
+    code = (
+        "import resource, sys\n"
+        "from slurmenv.cli import main\n"
+        "pages = int(open('/proc/self/statm').read().split()[0])\n"
+        "limit = pages * resource.getpagesize() + (4 << 20)\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (limit, limit))\n"
+        "sys.exit(main(['export', '--for', 'torch']))\n"
+    )
+    env = {**synth.clean_env(PYTHONPATH=str(pathlib.Path(__file__).resolve().parent.parent)),
+           **synth.step_env(hosts, [1] * len(hosts), 5)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.startswith("slurmenv: error: out of memory"), out.stderr
+    assert "export RANK" not in out.stdout

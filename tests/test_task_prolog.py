@@ -67,6 +67,25 @@ def test_a_refusal_is_print_lines_and_a_non_zero_status() -> None:
     assert status == 1 and "SLURMENV_FOR" in text
 
 
+@pytest.mark.parametrize(("error", "status", "says"), [
+    (RuntimeError("a slip"), 70, "print slurmenv: internal error: RuntimeError: a slip"),
+    (MemoryError(), 1, "print slurmenv: error: out of memory"),
+])
+def test_an_unexpected_error_stops_the_task_with_a_reason(
+    monkeypatch: pytest.MonkeyPatch, error: Exception, status: int, says: str
+) -> None:
+    def failing(*args: object, **kwargs: object) -> None:
+        raise error
+
+    from slurmenv import launchers
+
+    monkeypatch.setattr(launchers, "resolve", failing)
+    got, text = taskprolog.run(STEP)
+    assert got == status
+    assert text.startswith(says) and "The task was not started." in text
+    assert all(line.startswith("print ") for line in text.splitlines())
+
+
 def test_the_site_shim_skips_the_same_steps_as_the_resolver() -> None:
     shim = (ROOT / "bin" / "slurmenv-site-prolog").read_text()
     listed = re.search(r"case \$\{SLURM_STEP_ID:-\} in ''\|([0-9|]+)\)", shim)
