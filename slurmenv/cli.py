@@ -175,6 +175,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.code not in (0, None):
             _fail_closed_quietly(_asked_format(argv))
         raise
+    except KeyboardInterrupt:  # Ctrl-C (srun forwards it to every task): stop, no traceback
+        _fail_closed_quietly(_asked_format(argv))
+        from .commandline import say
+
+        say("slurmenv: interrupted. Nothing was exported.\n")
+        return 130  # 128 + SIGINT, as a shell reports it
     except BrokenPipeError:
         # the reader went away (| head): nothing more to say to it, and no traceback
         from .commandline import silence_stdout

@@ -131,3 +131,33 @@ def test_a_memory_limit_met_while_resolving_100000_nodes() -> None:
     assert out.returncode == 1, out.stderr
     assert out.stderr.startswith("slurmenv: error: out of memory"), out.stderr
     assert "export RANK" not in out.stdout
+
+
+def test_an_interrupt_stops_eval_without_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(args: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(cli.COMMANDS, "export", interrupted)
+    assert cli.main(["export", "--shell", "fish"]) == 130
+    out, err = capsys.readouterr()
+    assert out == render.FAILURE["fish"]
+    assert err == "slurmenv: interrupted. Nothing was exported.\n"
+
+
+def test_ctrl_c_during_a_real_export() -> None:
+    # SIGINT 10 ms into resolving 100,000 nodes, which takes tens of milliseconds
+    hosts = [f"n{i:06d}" for i in range(100_000)]
+    env = {**synth.clean_env(), **synth.step_env(hosts, [1] * len(hosts), 5),
+           "PYTHONPATH": str(pathlib.Path(__file__).resolve().parent.parent)}
+    code = ("import os, signal, sys\n"
+            "from slurmenv.cli import entry_point\n"
+            "sys.argv = ['slurmenv', 'export', '--for', 'torch']\n"
+            "signal.signal(signal.SIGALRM, lambda *a: os.kill(os.getpid(), signal.SIGINT))\n"
+            "signal.setitimer(signal.ITIMER_REAL, 0.01)\n"
+            "entry_point()\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert (out.returncode, out.stderr) == (130, "slurmenv: interrupted. Nothing was exported.\n")
+    assert out.stdout == render.FAILURE["sh"]
