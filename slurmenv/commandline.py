@@ -114,7 +114,6 @@ def write_output(text: str) -> int:
             return 0
         sys.stdout.flush()
         _write_all(buffer, text.encode("utf-8"))
-        buffer.flush()
     except OSError as exc:
         if not isinstance(exc, BrokenPipeError):
             say(f"slurmenv: error: cannot write the output: {exc.strerror or exc}\n")
@@ -124,18 +123,34 @@ def write_output(text: str) -> int:
 
 
 def _write_all(buffer: BinaryIO, data: bytes) -> None:
-    """Write all of ``data``. Under ``PYTHONUNBUFFERED`` stdout's buffer is the raw file, whose
-    write may write part of it and say so (a full file system, a file size limit, a reader
-    that went away): the rest is written again, until it is written or the write fails."""
+    """Write all of ``data``, then flush. Under ``PYTHONUNBUFFERED`` stdout's buffer is the raw
+    file, whose write may write part of it and say so (a full file system, a file size limit,
+    a reader that went away): the rest is written again, until it is written or the write
+    fails. A stdout some other process made non-blocking (a shared pipe or terminal) that is
+    full makes the write stop early: then it waits until stdout takes more."""
     view = memoryview(data)
     while view:
-        written = buffer.write(view)
-        if written is None:  # a non-blocking stdout that is full: wait until it takes more
-            import select
-
-            select.select([], [buffer], [])
-            continue
+        try:
+            written = buffer.write(view)
+        except BlockingIOError as exc:  # buffered: what it took, before it would block
+            written = exc.characters_written
+            _wait_writable(buffer)
+        if written is None:  # raw: nothing taken, it would block
+            written = 0
+            _wait_writable(buffer)
         view = view[written:]
+    while True:
+        try:
+            buffer.flush()
+            return
+        except BlockingIOError:
+            _wait_writable(buffer)
+
+
+def _wait_writable(stream: BinaryIO) -> None:
+    import select
+
+    select.select([], [stream], [])
 
 
 # --- ending the process --------------------------------------------------------------------

@@ -185,3 +185,17 @@ def test_a_closed_stderr_keeps_the_exit_status(extra: dict[str, str], code: int)
                          check=False)
     assert out.returncode == code
     assert ("export RANK='1';" in out.stdout) == (code == 0)
+
+
+@pytest.mark.parametrize("unbuffered", BUFFERING)
+def test_a_non_blocking_stdout_gets_the_whole_output(unbuffered: bool) -> None:
+    # Another process sharing the pipe may have made it non-blocking: a full pipe then stops a
+    # write early (buffered: BlockingIOError; raw: None) instead of waiting for the reader.
+    code = ("import os, sys\nos.set_blocking(1, False)\n"
+            "from slurmenv.cli import entry_point\nsys.argv = ['slurmenv', 'export']\n"
+            "entry_point()\n")
+    proc = subprocess.run(
+        ["sh", "-c", '"$0" -c "$1" | (sleep 0.3; cat)', sys.executable, code],
+        env=step(8192, unbuffered), capture_output=True, text=True, timeout=60, check=True)
+    assert proc.stderr == ""
+    assert len(proc.stdout) > 120_000 and proc.stdout.endswith("';\n")
