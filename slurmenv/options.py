@@ -93,7 +93,11 @@ def _flag(text: str, variable: str) -> bool:
 
 def _template(template: str, variable: str) -> str:
     """A host template must contain ``{host}`` and nothing else in braces: no format spec
-    (``{host:>9}``), no conversion (``{host!r}``), no other field."""
+    (``{host:>9}``), no conversion (``{host!r}``), no other field; and no control character
+    (a line break, a tab, NUL, an escape), which no address holds."""
+    if not template.isprintable():
+        raise ValueError("address template holds a control character (a line break, a tab, "
+                         "NUL or an escape), which no address holds")
     # Parse rather than format: "{host.upper}" or "{host:>999999999}" would run code, exhaust
     # memory or put blanks in an address when formatted.
     from string import Formatter  # only when a template is given (not on export's path)
@@ -131,7 +135,7 @@ TEMPLATE = Kind(
     "template", _template, "str",  # a host name template with {host}
     "write it like '{host}-ib' or '{host}i.fabric'",
     valid=[("{host}-ib", "{host}-ib"), ("{host}.ib", "{host}.ib")],
-    invalid=["{host.upper}", "node-ib", "{host}{host:x}", "{other}"],
+    invalid=["{host.upper}", "node-ib", "{host}{host:x}", "{other}", "{host}\n", "{host}\x00"],
 )
 ADDRESS = Kind(
     "address", _address, "str",  # a host name or IP address
