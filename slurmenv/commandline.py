@@ -161,7 +161,7 @@ def end(status: object) -> NoReturn:
     The teardown frees every module and object one by one: about 4 ms of ``slurmenv export``'s
     45 ms at 4,096 nodes (docs/performance.md), paid by every task of a step for nothing. The
     process ends the usual way (``sys.exit``) when something may still need the teardown: an
-    ``atexit`` handler (a site's, coverage's) or another running thread. Output that cannot be
+    ``atexit`` handler (a site's, coverage's), another running thread, a tracer or a profiler. Output that cannot be
     written makes the status 1 (a reader that went away, ``| head``: silently), as ``main``
     does, never a traceback.
     """
@@ -187,7 +187,11 @@ def end(status: object) -> NoReturn:
 
 
 def _needs_teardown() -> bool:
-    """Whether ending without the interpreter's teardown could lose something."""
+    """Whether ending without the interpreter's teardown could lose something: an atexit
+    handler, another thread, or a tracer or profiler (coverage, pdb, ``python -m cProfile``,
+    which reports after the command returns)."""
+    if sys.gettrace() is not None or sys.getprofile() is not None:
+        return True
     import atexit
 
     ncallbacks = getattr(atexit, "_ncallbacks", None)  # CPython's; elsewhere: assume some

@@ -199,3 +199,15 @@ def test_a_non_blocking_stdout_gets_the_whole_output(unbuffered: bool) -> None:
         env=step(8192, unbuffered), capture_output=True, text=True, timeout=60, check=True)
     assert proc.stderr == ""
     assert len(proc.stdout) > 120_000 and proc.stdout.endswith("';\n")
+
+
+def test_a_profiler_gets_to_report() -> None:
+    # python -m cProfile prints its table after the command returns: no os._exit under it.
+    # -S: no site hook may register an atexit handler (which would end it normally anyway).
+    import hostlist
+
+    env = {**step(4), "PYTHONPATH": os.pathsep.join([str(ROOT), os.path.dirname(hostlist.__file__)])}
+    out = subprocess.run([sys.executable, "-S", "-m", "cProfile", "-m", "slurmenv", "export"],
+                         env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    assert "export RANK='1';" in out.stdout and "function calls" in out.stdout
