@@ -147,14 +147,10 @@ EXTERNAL = {
 def entry_point() -> NoReturn:
     """The ``slurmenv`` console script (and ``python -m slurmenv``): :func:`main` on
     ``sys.argv``, then the process ends without the interpreter's teardown
-    (:func:`slurmenv.commandline.end`)."""
-    try:
-        status: object = main()
-    except SystemExit as exc:
-        status = exc.code
-    from .commandline import end
+    (:func:`slurmenv.commandline.run_script`)."""
+    from .commandline import run_script
 
-    end(status)
+    run_script(main)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -175,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.code not in (0, None):
             _fail_closed_quietly(_asked_format(argv))
         raise
-    except KeyboardInterrupt:  # Ctrl-C (srun forwards it to every task): stop, no traceback
+    except KeyboardInterrupt:  # Ctrl-C or a SIGINT: stop, and no traceback
         _fail_closed_quietly(_asked_format(argv))
         from .commandline import say
 

@@ -7,8 +7,8 @@
   (:func:`usage_error`), any other exception (:func:`unexpected`), and the failure text that makes ``eval $(slurmenv ...)`` stop a
   script (:func:`fail_closed`);
 * writing a command's output whatever the locale and whatever stdout is
-  (:func:`write_output`), and how a console script's process ends once it is written
-  (:func:`end`).
+  (:func:`write_output`), and how a console script runs and its process ends once it is
+  written (:func:`run_script`, :func:`end`).
 
 ``show``, ``doctor``, ``dump``, ``torchrun`` and ``cli`` (which loads those commands by name)
 import this module; it imports no command. ``slurmenv export`` loads it only when it fails or
@@ -26,6 +26,7 @@ from .errors import SlurmEnvError, printable
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Callable
     from typing import BinaryIO, NoReturn
 
     from .resolution import Resolution
@@ -151,6 +152,20 @@ def _wait_writable(stream: BinaryIO) -> None:
     import select
 
     select.select([], [stream], [])
+
+
+# --- running a console script -----------------------------------------------------------------
+def run_script(main: Callable[[], object]) -> NoReturn:
+    """What a console script does: ``main()`` (a SystemExit it raises gives the status), then
+    :func:`end`. Started with stderr closed (``2>&-``), its messages go to /dev/null, so that
+    no command's exit status depends on whether it had somewhere to write them."""
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - the process's
+    try:
+        status: object = main()
+    except SystemExit as exc:
+        status = exc.code
+    end(status)
 
 
 # --- ending the process --------------------------------------------------------------------

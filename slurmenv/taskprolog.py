@@ -94,12 +94,11 @@ def main() -> int:
 
 
 def entry_point() -> NoReturn:
-    """The ``slurmenv-task-prolog`` console script: :func:`main`, then the process ends as
-    ``slurmenv``'s does (:func:`slurmenv.commandline.end`)."""
-    status = main()
-    from .commandline import end
+    """The ``slurmenv-task-prolog`` console script: :func:`main`, run and ended as ``slurmenv``
+    is (:func:`slurmenv.commandline.run_script`)."""
+    from .commandline import run_script
 
-    end(status)
+    run_script(main)
 
 
 if __name__ == "__main__":

@@ -178,27 +178,22 @@ def test_exec_runs_its_command_with_stdout_closed() -> None:
     assert (out.returncode, out.stderr) == (0, "rank 1\n")
 
 
-@pytest.mark.parametrize(("extra", "code"), [({}, 0), ({"SLURM_PROCID": "x"}, 1)])
-def test_a_closed_stderr_keeps_the_exit_status(extra: dict[str, str], code: int) -> None:
-    out = subprocess.run(["sh", "-c", 'exec "$0" -m slurmenv export 2>&-', sys.executable],
+@pytest.mark.parametrize(("command", "extra", "code"), [
+    ("slurmenv export", {}, 0),
+    ("slurmenv export", {"SLURM_PROCID": "x"}, 1),
+    ("slurmenv dump -o {tmp}/dump.json", {}, 0),  # it says "wrote ..." on stderr
+    ("slurmenv.taskprolog", {}, 0),
+    ("slurmenv.taskprolog", {"SLURM_PROCID": "x"}, 1),
+])
+def test_a_closed_stderr_keeps_the_exit_status(command: str, extra: dict[str, str], code: int,
+                                               tmp_path: Path) -> None:
+    command = command.format(tmp=tmp_path)
+    out = subprocess.run(["sh", "-c", f'exec "$0" -m {command} 2>&-', sys.executable],
                          env={**step(4), **extra}, capture_output=True, text=True, timeout=60,
                          check=False)
     assert out.returncode == code
-    assert ("export RANK='1';" in out.stdout) == (code == 0)
-
-
-@pytest.mark.parametrize("unbuffered", BUFFERING)
-def test_a_non_blocking_stdout_gets_the_whole_output(unbuffered: bool) -> None:
-    # Another process sharing the pipe may have made it non-blocking: a full pipe then stops a
-    # write early (buffered: BlockingIOError; raw: None) instead of waiting for the reader.
-    code = ("import os, sys\nos.set_blocking(1, False)\n"
-            "from slurmenv.cli import entry_point\nsys.argv = ['slurmenv', 'export']\n"
-            "entry_point()\n")
-    proc = subprocess.run(
-        ["sh", "-c", '"$0" -c "$1" | (sleep 0.3; cat)', sys.executable, code],
-        env=step(8192, unbuffered), capture_output=True, text=True, timeout=60, check=True)
-    assert proc.stderr == ""
-    assert len(proc.stdout) > 120_000 and proc.stdout.endswith("';\n")
+    written = (tmp_path / "dump.json").exists() or "RANK" in out.stdout
+    assert written == (code == 0)
 
 
 def test_a_profiler_gets_to_report() -> None:
