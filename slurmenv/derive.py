@@ -52,6 +52,11 @@ CONSUMED = (
 )
 #: Variables that describe the step, not a user's choice: an inherited value is replaced.
 REPLACED = ("MASTER_ADDR", "TF_CONFIG")
+#: Exported by slurmenv's task prolog after its values: ``<job>.<step>:NAME,NAME,...``, the
+#: step it resolved and the names it set (slurmenv/taskprolog.py). A task of another step (a
+#: ``srun`` inside ``srun --pty bash`` of an opted-in job) inherits them: they are slurmenv's
+#: values for that step, not the user's, and are resolved again as if unset.
+SET_BY = "SLURMENV_SET_BY"
 FREE_PORT_SOURCE = "a port free on 127.0.0.1 now (single process)"
 EXPLICIT_PORT_SOURCE = "given port (--port or SLURMENV_PORT)"
 EXPLICIT_ADDR_SOURCE = "given address (--master-addr or SLURMENV_MASTER_ADDR)"
@@ -68,6 +73,14 @@ def resolution(
 ) -> Resolution:
     """The Resolution of ``task``: address, ports, inherited checks and bindings added."""
     notes = list(task.notes)
+    stale = set_for_another_step(environ)
+    if stale is not None:
+        step, names = stale
+        environ = {name: value for name, value in environ.items() if name not in names}
+        notes.append(
+            f"{', '.join(names)} were set by slurmenv's task prolog for step {step} "
+            f"({SET_BY}), not for this one: resolved again"
+        )
     notes.extend(check_inherited(task, environ))
     master_addr, addr_source = address(task, options, environ)
     inherited_addr = environ.get("MASTER_ADDR")
@@ -107,6 +120,27 @@ def resolution(
         notes=notes, tf_chief=options.tf_chief, tf_config=tf_config, bindings=bindings,
         gpus=gpus, gpu_source=gpu_source,
     )
+
+
+def step_key(environ: Mapping[str, str]) -> str:
+    """``<job>.<step>`` of the task whose environment is ``environ`` (:data:`SET_BY`)."""
+    from .launchers.base import job_id, step_id
+
+    return f"{job_id(environ) or ''}.{step_id(environ) or ''}"
+
+
+def set_for_another_step(environ: Mapping[str, str]) -> tuple[str, tuple[str, ...]] | None:
+    """(the step, the names) of the values slurmenv's task prolog set for a step other than
+    this task's (:data:`SET_BY`); None when it set none or set them for this step. Only names
+    slurmenv outputs count: the marker cannot remove a Slurm variable."""
+    step, colon, listed = environ.get(SET_BY, "").partition(":")
+    if not colon or step == step_key(environ):
+        return None
+    from .render import OUTPUTS
+
+    ours = {name for names in OUTPUTS.values() for name in names}
+    names = tuple(name for name in listed.split(",") if name in ours and name in environ)
+    return (step, names) if names else None
 
 
 def carried(task: Task) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import synth
 
-from slurmenv import SlurmEnvError, options, render, resolve, taskprolog
+from slurmenv import SlurmEnvError, derive, options, render, resolve, taskprolog
 from slurmenv.launchers import base
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,12 +23,28 @@ STEP = {**synth.step_env(HOSTS, [2, 2, 2, 2], 5), "SLURM_STEP_RESV_PORTS": "1200
 
 
 def parse(text: str) -> dict[str, str]:
+    """The exports of a prolog that succeeded; its last one is the SLURMENV_SET_BY marker,
+    which must name the step and every other name, in order (checked, then left out)."""
     out = {}
     for line in text.splitlines():
         assert line.startswith("export "), line
         name, _, value = line[len("export "):].partition("=")
         out[name] = value
+    marker = out.pop(derive.SET_BY)
+    assert list(out)[-1:] != [derive.SET_BY]
+    assert marker.partition(":")[2] == ",".join(out), marker
     return out
+
+
+def refused(text: str) -> list[str]:
+    """The print lines of a refusal, checked to be followed by the stop values and nothing."""
+    lines = text.splitlines()
+    assert lines[0] == "", text  # a refusal starts a line of its own
+    prints = [line for line in lines[1:] if line.startswith("print ")]
+    stops = lines[1 + len(prints):]
+    assert prints and stops == [f"export {name}={taskprolog.STOP_VALUE}"
+                                for name in taskprolog.stop_names()], text
+    return prints
 
 
 @pytest.mark.parametrize("for_", [None, "torch", "tf", "all"])
@@ -47,7 +63,7 @@ def test_a_value_with_a_line_break_is_refused() -> None:
     assert info.value.variable == "TF_CONFIG"
     status, text = taskprolog.run({**STEP, "SLURMENV_FOR": "torch",
                                    "SLURMENV_ADDR_TEMPLATE": "{host}\r"})
-    assert status == 1 and text.startswith("print ")
+    assert status == 1 and refused(text)
 
 
 @pytest.mark.parametrize("step", ["", "4294967294", "4294967291", "4294967290"])
@@ -59,8 +75,7 @@ def test_outside_a_step_of_srun_tasks_it_sets_nothing_and_never_fails(step: str)
 def test_a_refusal_is_print_lines_and_a_non_zero_status() -> None:
     status, text = taskprolog.run({**STEP, "SLURMENV_PORT": "bogus"})
     assert status == 1
-    lines = text.splitlines()
-    assert lines and all(line.startswith("print ") for line in lines)
+    lines = refused(text)
     assert "print slurmenv: error: not a usable TCP port" in lines
     assert any("SLURMENV_PORT='bogus'" in line for line in lines)
     status, text = taskprolog.run({**STEP, "SLURMENV_FOR": "everything"})
@@ -82,8 +97,7 @@ def test_an_unexpected_error_stops_the_task_with_a_reason(
     monkeypatch.setattr(launchers, "resolve", failing)
     got, text = taskprolog.run(STEP)
     assert got == status
-    assert text.startswith(says) and "The task was not started." in text
-    assert all(line.startswith("print ") for line in text.splitlines())
+    assert refused(text)[0].startswith(says) and "The task was not started." in text
 
 
 def test_the_site_shim_skips_the_same_steps_as_the_resolver() -> None:
