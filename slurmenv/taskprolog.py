@@ -1,7 +1,7 @@
 """``slurmenv-task-prolog``: the environment of ``slurmenv export`` through Slurm's task prolog,
 with no ``eval`` and no shell (``docs/task-prolog.md``)::
 
-    srun --task-prolog=$(command -v slurmenv-task-prolog) python train.py
+    srun --task-prolog="$(command -v slurmenv-task-prolog || echo /slurmenv-task-prolog-not-on-PATH)" python train.py
 
 Slurm runs the prolog in each task's own environment before the task starts, and reads its
 output (observed, Slurm 22.05): ``export NAME=value`` sets ``NAME`` for the task (the value is
