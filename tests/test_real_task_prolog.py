@@ -1,10 +1,14 @@
 """slurmenv through Slurm's task prolog on the real cluster (issue 20): no eval, no shell.
 
 ``srun --task-prolog=slurmenv-task-prolog CMD`` sets in every task exactly what
-``eval "$(slurmenv export)"`` sets, with the same values; a torch gloo all_reduce over 3 nodes
-runs ``python`` directly; a refusal kills every task before it starts and the user sees why.
-The site-wide form (``TaskProlog=slurmenv-site-prolog`` in slurm.conf, a cluster of its own)
-acts only in jobs that set ``SLURMENV=1`` and leaves every other job untouched.
+``eval "$(slurmenv export)"`` sets, with the same values: every variable of the task's
+environment is compared with the environment the prolog ran in, and what changed is what
+``slurmenv export`` computes there, plus ``SLURMENV_SET_BY``. A torch gloo all_reduce over 3
+nodes runs ``python`` directly; a refusal kills every task before it starts and the user sees
+why. The site-wide form (``TaskProlog=slurmenv-site-prolog`` in slurm.conf, a cluster of its
+own) acts only in jobs that opted in, refuses a ``SLURMENV`` that is neither yes nor no, runs
+only the prolog installed beside it, and leaves every other job untouched; a ``srun`` inside an
+opted-in step resolves its own step.
 """
 
 from __future__ import annotations
@@ -13,7 +17,6 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from slurm_harness import SlurmCluster, SrunResult
@@ -27,48 +30,82 @@ CHECK_TORCH = ROOT / "tests" / "programs" / "check_torch.py"
 ENV = {"PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
 TIMEOUT = 180.0
 GUARD = "SHOULD-NOT-RUN"
-NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
-         "NNODES", "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG", "OMP_NUM_THREADS")
-# In each task: what the prolog set, then what `slurmenv export --format json` computes there
-# with those values removed (as a task without the prolog would see it).
-COMPARE = [sys.executable, "-c", (
-    "import json, os, subprocess, sys\n"
-    f"names = {NAMES!r}\n"
-    "got = {n: os.environ.get(n) for n in names}\n"
-    "clean = {k: v for k, v in os.environ.items() if k not in names}\n"
-    "out = subprocess.run(['slurmenv', 'export', '--format', 'json'], env=clean, "
-    "capture_output=True, text=True)\n"
-    "print('TASK ' + json.dumps({'got': got, 'export': json.loads(out.stdout or 'null'), "
-    "'err': out.stderr}))\n"
-)]
+
+
+def watching(tmp: Path) -> str:
+    """``--task-prolog=`` a prolog that first writes, for each task, the environment it runs
+    in (the task's, before any export) and ``slurmenv export --format json`` computed there,
+    then runs slurmenv-task-prolog."""
+    wrapper = tmp / "watching-prolog"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f"{sys.executable} -c 'import json, os; print(json.dumps(dict(os.environ)))' "
+        f"> {tmp}/pre-$SLURM_PROCID.json\n"
+        f"{BIN / 'slurmenv'} export --format json > {tmp}/export-$SLURM_PROCID.json\n"
+        f"exec {BIN / 'slurmenv-task-prolog'}\n")
+    wrapper.chmod(0o755)
+    return f"--task-prolog={wrapper}"
+
+
+def environ(tmp: Path) -> list[str]:
+    """A task that writes its environment to ``tmp/task-RANK.json`` (srun cuts long lines)."""
+    return [sys.executable, "-c", (
+        "import json, os\n"
+        f"with open('{tmp}/task-' + os.environ['SLURM_PROCID'] + '.json', 'w') as out:\n"
+        "    json.dump(dict(os.environ), out)\n"
+        "print('WROTE')\n")]
+
+
+def check_every_variable(res: SrunResult, tmp: Path, ntasks: int) -> dict[int, dict[str, str]]:
+    """Each task's environment against the one its prolog ran in: what changed is exactly what
+    ``slurmenv export`` computed there, plus the SLURMENV_SET_BY marker; nothing removed (but
+    what Slurm itself changes after the prologs)."""
+    assert res.returncode == 0, explain(res)
+    assert res.per_task == {rank: ["WROTE"] for rank in range(ntasks)}, explain(res)
+    envs = {rank: json.loads((tmp / f"task-{rank}.json").read_text()) for rank in range(ntasks)}
+    for rank, env in envs.items():
+        pre = json.loads((tmp / f"pre-{rank}.json").read_text())
+        export = json.loads((tmp / f"export-{rank}.json").read_text())
+        changed = {name: value for name, value in env.items() if pre.get(name) != value}
+        changed.pop("TMPDIR", None)  # Slurm sets it after the prologs (task.c, exec_task)
+        marker = changed.pop("SLURMENV_SET_BY")
+        assert changed == export, (rank, changed, export)
+        assert marker == f"{pre['SLURM_JOB_ID']}.{pre['SLURM_STEP_ID']}:{','.join(export)}"
+        # nothing removed but the rlimits Slurm applies and unsets after the prologs
+        removed = set(pre) - set(env)
+        assert all(name.startswith("SLURM_RLIMIT_") for name in removed), (rank, removed)
+    return envs
 
 
 def explain(res: SrunResult) -> str:
     return f"exit status {res.returncode}\n--- stdout ---\n{res.stdout}\n--- stderr ---\n{res.stderr}"
 
 
-def tasks(res: SrunResult) -> dict[int, dict[str, Any]]:
-    return {rank: json.loads(lines[0][5:]) for rank, lines in res.per_task.items()
-            if lines and lines[0].startswith("TASK ")}
-
-
 @pytest.mark.parametrize("layout", [[], ["-m", "cyclic"], ["-m", "plane=2"]],
                          ids=["block", "cyclic", "plane"])
 def test_the_prolog_sets_exactly_what_export_sets(
-    slurm_cluster: SlurmCluster, layout: list[str]
+    slurm_cluster: SlurmCluster, layout: list[str], tmp_path: Path
 ) -> None:
-    res = slurm_cluster.srun(["-N3", "-n6", "-w", "r1n[09-10],r2n09", PROLOG, *layout], COMPARE,
-                             env=ENV, timeout=TIMEOUT)
-    assert res.returncode == 0, explain(res)
-    got = tasks(res)
-    assert sorted(got) == list(range(6)), explain(res)
-    for rank, rec in got.items():
-        export = rec["export"]
-        assert export is not None, rec["err"]
-        assert rec["got"]["RANK"] == str(rank)
-        # every variable export sets, with the same value; nothing of NAMES that it does not
-        assert {n: v for n, v in rec["got"].items() if v is not None} == \
-            {n: v for n, v in export.items() if n in NAMES}, (rank, rec)
+    # a stale MASTER_ADDR and TF_CONFIG to replace, thread counts to set
+    res = slurm_cluster.srun(
+        ["-N3", "-n6", "-w", "r1n[09-10],r2n09", watching(tmp_path), *layout], environ(tmp_path),
+        env={**ENV, "MASTER_ADDR": "stale", "TF_CONFIG": '{"stale": 1}'}, timeout=TIMEOUT)
+    envs = check_every_variable(res, tmp_path, 6)
+    assert all(env["RANK"] == str(rank) and "OMP_NUM_THREADS" in env
+               and env["MASTER_ADDR"] == "r1n09" and '"stale"' not in env["TF_CONFIG"]
+               for rank, env in envs.items()), envs
+
+
+@pytest.mark.parametrize("for_", ["torch", "tf"])
+def test_the_prolog_sets_exactly_what_export_sets_with_gpus_bound(
+    slurm_gpu_cluster: SlurmCluster, for_: str, tmp_path: Path
+) -> None:
+    res = slurm_gpu_cluster.srun(["-N2", "--ntasks-per-node=2", "--gpus-per-task=2",
+                                  watching(tmp_path)], environ(tmp_path),
+                                 env={**ENV, "SLURMENV_FOR": for_, "TF_CONFIG": "stale"},
+                                 timeout=TIMEOUT)
+    envs = check_every_variable(res, tmp_path, 4)
+    assert all("CUDA_VISIBLE_DEVICES" in env for env in envs.values()), envs
 
 
 def test_a_torch_all_reduce_over_three_nodes_with_no_shell(slurm_cluster: SlurmCluster) -> None:
@@ -100,25 +137,22 @@ def test_a_refusal_kills_every_task_and_says_why(slurm_cluster: SlurmCluster) ->
     assert "task-prolog failed status=1" in res.stderr, explain(res)
 
 
-def test_a_heterogeneous_step_and_pmi2_ranks(slurm_cluster: SlurmCluster) -> None:
-    het = slurm_cluster.srun(["-N1", "-n1", "-w", "r1n09", PROLOG, *COMPARE, ":",
-                              "-N2", "-n2", "-w", "r1n10,r2n09", PROLOG], COMPARE, env=ENV,
+def test_a_heterogeneous_step_and_pmi2_ranks(slurm_cluster: SlurmCluster,
+                                             tmp_path: Path) -> None:
+    het_dir, pmi2_dir = tmp_path / "het", tmp_path / "pmi2"
+    het_dir.mkdir()
+    pmi2_dir.mkdir()
+    prolog = watching(het_dir)
+    het = slurm_cluster.srun(["-N1", "-n1", "-w", "r1n09", prolog, *environ(het_dir), ":",
+                              "-N2", "-n2", "-w", "r1n10,r2n09", prolog], environ(het_dir), env=ENV,
                              timeout=TIMEOUT)
-    assert het.returncode == 0, explain(het)
-    got = tasks(het)
-    assert sorted(got) == [0, 1, 2], explain(het)
-    for rank, rec in got.items():
-        assert rec["got"]["RANK"] == str(rank) and rec["got"]["WORLD_SIZE"] == "3"
-        assert {n: v for n, v in rec["got"].items() if v is not None} == \
-            {n: v for n, v in rec["export"].items() if n in NAMES}, (rank, rec)
-    pmi2 = slurm_cluster.srun(["-N2", "-n4", "--mpi=pmi2", PROLOG], COMPARE, env=ENV,
-                              timeout=TIMEOUT)
-    assert pmi2.returncode == 0, explain(pmi2)
-    got = tasks(pmi2)
-    assert sorted(int(rec["got"]["RANK"]) for rec in got.values()) == [0, 1, 2, 3]
-    for rec in got.values():
-        assert {n: v for n, v in rec["got"].items() if v is not None} == \
-            {n: v for n, v in rec["export"].items() if n in NAMES}, rec
+    envs = check_every_variable(het, het_dir, 3)
+    assert all(env["RANK"] == str(rank) and env["WORLD_SIZE"] == "3"
+               for rank, env in envs.items()), envs
+    pmi2 = slurm_cluster.srun(["-N2", "-n4", "--mpi=pmi2", watching(pmi2_dir)], environ(pmi2_dir),
+                              env=ENV, timeout=TIMEOUT)
+    envs = check_every_variable(pmi2, pmi2_dir, 4)
+    assert sorted(int(env["RANK"]) for env in envs.values()) == [0, 1, 2, 3]
 
 
 # -- the site-wide TaskProlog ----------------------------------------------------------------
