@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -194,3 +195,105 @@ srun --label {sys.executable} {CHECK_TORCH}
               if "CHECK " in line]
     assert sorted(c["rank"] for c in checks) == [0, 1, 2], res.stdout + res.stderr
     assert all(c["sum"] == 6 for c in checks)
+
+
+@pytest.mark.parametrize(("value", "acts"), [
+    ("TRUE", True), ("Yes", True), (" 1", True), ("on", True),
+    ("OFF", False), ("No", False), (" 0", False),
+    ("y", None), ("2", None), ("enable", None),
+])
+def test_site_prolog_reads_slurmenv_as_slurmenv_reads_a_flag(
+    slurm_prolog_cluster: SlurmCluster, value: str, acts: bool | None
+) -> None:
+    res = slurm_prolog_cluster.srun(["-N2", "-n2"], [*SHOW[:2], f"{SHOW[2]}; echo {GUARD}"],
+                                    env={**ENV, "SLURMENV": value}, timeout=TIMEOUT)
+    if acts is None:  # neither yes nor no: refused, the task never starts
+        assert res.returncode != 0 and GUARD not in res.stdout, explain(res)
+        for rank in (0, 1):
+            assert "slurmenv: error: SLURMENV must be a yes/no flag" in res.per_task[rank], \
+                explain(res)
+        assert "TaskProlog failed status=1" in res.stderr, explain(res)
+        return
+    assert res.returncode == 0, explain(res)
+    assert res.per_task_first == ({r: f"RANK={r} WORLD=2 ADDR=r1n09" for r in range(2)} if acts
+                                  else {r: "RANK=unset WORLD=unset ADDR=unset" for r in range(2)})
+
+
+def test_a_copied_site_prolog_kills_the_task_and_a_symlink_runs(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    # a slurmenv-task-prolog on PATH and in the working directory that would set RANK=7
+    decoy = tmp_path / "decoy"
+    decoy.mkdir()
+    (decoy / "slurmenv-task-prolog").write_text("#!/bin/sh\necho export RANK=7\n")
+    (decoy / "slurmenv-task-prolog").chmod(0o755)
+    site = BIN / "slurmenv-site-prolog"
+    copied, linked = tmp_path / "copied-prolog", tmp_path / "linked-prolog"
+    copied.write_bytes(site.read_bytes())
+    copied.chmod(0o755)
+    linked.symlink_to(site)
+    env = {"PATH": f"{decoy}{os.pathsep}{ENV['PATH']}", "SLURMENV": "1"}
+    args = ["-N2", "-n2", f"--chdir={decoy}"]
+    res = slurm_cluster.srun([*args, f"--task-prolog={copied}"], [*SHOW[:2],
+                             f"{SHOW[2]}; echo {GUARD}"], env=env, timeout=TIMEOUT)
+    assert res.returncode != 0 and GUARD not in res.stdout, explain(res)
+    for rank in (0, 1):
+        assert (f"slurmenv: error: this job opted in (SLURMENV), but {tmp_path}/"
+                "slurmenv-task-prolog is missing or not executable") in res.per_task[rank]
+    ok = slurm_cluster.srun([*args, f"--task-prolog={linked}"], SHOW, env=env, timeout=TIMEOUT)
+    assert ok.returncode == 0, explain(ok)
+    assert ok.per_task_first == {r: f"RANK={r} WORLD=2 ADDR=r1n09" for r in range(2)}
+
+
+def test_nothing_written_to_stderr_acts_as_a_prolog_line(
+    slurm_prolog_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    # Slurm 22.05.8 parses a prolog's stderr as its stdout ...
+    loud = tmp_path / "loud-prolog"
+    loud.write_text("#!/bin/sh\necho export FROM_STDERR=1 >&2\n")
+    loud.chmod(0o755)
+    res = slurm_prolog_cluster.srun(["-N1", "-n1", f"--task-prolog={loud}"],
+                                    ["sh", "-c", "echo FROM_STDERR=${FROM_STDERR-unset}"],
+                                    env=ENV, timeout=TIMEOUT)
+    assert res.per_task_first == {0: "FROM_STDERR=1"}, explain(res)
+    # ... so what the interpreter writes there, even at start-up (a site's sitecustomize), must
+    # not reach it: the site prolog starts slurmenv-task-prolog with stderr on /dev/null
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import sys\nsys.stderr.write('export RANK=99\\nprint HIJACKED\\n')\n")
+    res = slurm_prolog_cluster.srun(
+        ["-N2", "-n2"], SHOW,
+        env={**ENV, "SLURMENV": "1", "PYTHONPATH": f"{site}{os.pathsep}{ROOT}"},
+        timeout=TIMEOUT)
+    assert res.returncode == 0, explain(res)
+    assert res.per_task_first == {r: f"RANK={r} WORLD=2 ADDR=r1n09" for r in range(2)}
+    assert "HIJACKED" not in res.stdout + res.stderr
+
+
+NESTED = """#!/bin/bash
+echo "OUTER RANK=$RANK PORT=$MASTER_PORT"
+srun --overlap -N2 -n2 --label bash -c 'echo "INNER RANK=$RANK WORLD=$WORLD_SIZE PORT=$MASTER_PORT"'
+echo "INNER-STATUS=$?"
+"""
+
+
+def test_a_srun_inside_an_opted_in_srun_step_resolves_its_own_step(
+    slurm_prolog_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    # srun --pty bash in an opted-in job, then srun there: step 0's values are inherited by
+    # step 1, which once refused them ("RANK=0 is already set ... probably exported in the
+    # batch script"); SLURMENV_SET_BY says they are slurmenv's for step 0
+    shell = tmp_path / "shell.sh"
+    shell.write_text(NESTED)
+    shell.chmod(0o755)
+    res = slurm_prolog_cluster.run(
+        ["salloc", "-N2", "-n2", "srun", "-N1", "-n1", "--label", str(shell)],
+        env={**ENV, "SLURMENV": "1"}, timeout=TIMEOUT)
+    assert "0: OUTER RANK=0" in res.stdout and "0: INNER-STATUS=0" in res.stdout, \
+        res.stdout + res.stderr
+    inner = re.findall(r"INNER RANK=(\d) WORLD=(\d) PORT=(\d+)", res.stdout)
+    outer_port = re.search(r"OUTER RANK=0 PORT=(\d+)", res.stdout)
+    assert sorted(rank for rank, _, _ in inner) == ["0", "1"], res.stdout + res.stderr
+    assert all(world == "2" for _, world, _ in inner)
+    assert outer_port and all(port != outer_port.group(1) for _, _, port in inner)
