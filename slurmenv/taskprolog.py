@@ -47,9 +47,10 @@ SITE = "--site"
 #: What a refusal exports besides its ``print`` lines, for the Slurm versions that start the
 #: task whatever the prolog's exit status (before 22.05): every rank, size, address and port a
 #: launcher or framework reads becomes a text that is not a number, a host or JSON, so that
-#: torch (``int(os.environ["RANK"])`` in its env:// rendezvous), TensorFlow (``json.loads`` of
-#: TF_CONFIG), a script's own ``int(os.environ.get("RANK", 0))`` and torchrun's options all stop
-#: at once, naming the value. bin/slurmenv-site-prolog prints the same (tests/test_task_prolog).
+#: torch (``int()`` of WORLD_SIZE/RANK in its env:// rendezvous), TensorFlow (``json.loads`` of
+#: TF_CONFIG) and a script's own ``int(os.environ.get("RANK", 0))`` stop at once, naming the
+#: value (tests/test_real_docs_prolog.py). bin/slurmenv-site-prolog prints the same
+#: (tests/test_task_prolog.py).
 STOP_VALUE = "slurmenv-refused-this-task"
 
 
@@ -70,19 +71,36 @@ def in_task_step(environ: Mapping[str, str]) -> bool:
     return bool(step) and step not in SPECIAL_STEPS
 
 
+#: Slurm before 22.05.1 reads the prolog's output with ``fgets(buf, 4095)``: a longer line is
+#: cut every 4,094 bytes, each piece parsed as a line of its own (task.c,
+#: ``_run_script_and_set_env``).
+FGETS_PIECE = 4094
+KEYWORDS = (b"export ", b"unset ", b"print ")
+
+
 def protocol(values: Mapping[str, str]) -> str:
-    """Slurm's task-prolog lines for ``values``; SlurmEnvError for a value with a newline."""
+    """Slurm's task-prolog lines for ``values``; SlurmEnvError for a value with a line break,
+    or one that a Slurm before 22.05.1 would cut where a piece reads as a protocol line."""
     from .errors import SlurmEnvError
 
+    fix = "start the task with eval or exec instead: srun slurmenv exec -- COMMAND"
     lines = []
     for name, value in values.items():
         if "\n" in value or "\r" in value:
             raise SlurmEnvError(
                 f"{name} contains a line break, which Slurm's task prolog cannot carry (each "
-                "'export NAME=value' is one line)", variable=name, value=value,
-                fix="start the task with eval or exec instead: srun slurmenv exec -- COMMAND",
+                "'export NAME=value' is one line)", variable=name, value=value, fix=fix,
             )
-        lines.append(f"export {name}={value}\n")
+        line = f"export {name}={value}\n"
+        encoded = line.encode("utf-8", "surrogateescape")
+        for start in range(FGETS_PIECE, len(encoded), FGETS_PIECE):
+            if encoded[start:].startswith(KEYWORDS):
+                raise SlurmEnvError(
+                    f"{name} is {len(encoded)} bytes long, and Slurm before 22.05.1 cuts a "
+                    f"prolog's line every {FGETS_PIECE} bytes: the piece at byte {start} "
+                    "would read as a line of its own", variable=name, value=value, fix=fix,
+                )
+        lines.append(line)
     return "".join(lines)
 
 

@@ -301,3 +301,15 @@ def test_the_marker_cannot_remove_a_slurm_variable() -> None:
     env = {**STEP, derive.SET_BY: "1.0:SLURM_PROCID,SLURM_NTASKS,PATH"}
     assert derive.set_for_another_step(env) is None
     assert resolve(env).rank == 5
+
+
+def test_a_value_that_an_old_slurm_would_cut_into_a_protocol_line_is_refused() -> None:
+    # Slurm before 22.05.1: fgets(buf, 4095), a piece every 4,094 bytes of the line
+    head = "export TF_CONFIG="
+    for keyword in ("export X=1", "unset RANK", "print hello"):
+        value = "a" * (taskprolog.FGETS_PIECE - len(head)) + keyword
+        with pytest.raises(SlurmEnvError) as info:
+            taskprolog.protocol({"TF_CONFIG": value})
+        assert info.value.variable == "TF_CONFIG" and "byte 4094" in str(info.value)
+        # one byte further, the piece begins elsewhere: carried
+        assert taskprolog.protocol({"TF_CONFIG": "b" + value}).endswith(keyword + "\n")
