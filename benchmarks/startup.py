@@ -111,15 +111,17 @@ def verify(install: Install, sizes: Sequence[int], unavoidable: Path | None) -> 
 
 def check_prolog(install: Install, env: dict[str, str], export: str) -> None:
     """The task prolog sets what export sets, with the same values (Slurm's protocol:
-    ``export NAME=value``, the value taken literally)."""
+    ``export NAME=value``, the value taken literally), and its marker of the step and names it
+    set, ``SLURMENV_SET_BY`` (docs/task-prolog.md)."""
     import shlex
 
     out = run(install.task_prolog(), env)
     got = dict(line[len("export "):].split("=", 1) for line in out.stdout.splitlines()
                if line.startswith("export "))
+    marker = got.pop("SLURMENV_SET_BY", "")
     want = {name: value for line in export_lines(export).values()
             for name, value in [shlex.split(line[len("export "):].rstrip(";"))[0].split("=", 1)]}
-    if out.returncode != 0 or got != want:
+    if out.returncode != 0 or got != want or marker.partition(":")[2] != ",".join(want):
         raise WrongAnswer(f"slurmenv-task-prolog differs from slurmenv export:\n{out.stdout}"
                           f"{out.stderr}\nexport:\n{export}")
 
