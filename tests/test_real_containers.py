@@ -259,3 +259,51 @@ def test_doctor_in_a_network_namespace_of_its_own(slurm_cluster: SlurmCluster) -
         assert checks["interface"]["verdict"] == "error", report
         assert "no route" in checks["interface"]["message"], report
         assert checks["step"]["verdict"] == "ok", report
+
+
+# -- enroot's PyTorch hook (pyxis), emulated: docs/containers.md ---------------------------
+# What conf/hooks/extra/50-slurm-pytorch.sh (NVIDIA/enroot 4) puts in a pyxis container for an
+# image that sets PYTORCH_VERSION, and pyxis's own RANK/LOCAL_RANK, before the task starts.
+ENROOT_HOOK = (
+    "export PYTORCH_VERSION=2.5.0 "
+    'MASTER_ADDR="$(scontrol show hostname "$SLURM_STEP_NODELIST" | head -n1)" '
+    "MASTER_PORT=$((SLURM_JOB_ID % 4536 + 61000)) WORLD_SIZE=$SLURM_NTASKS "
+    "RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID; "
+)
+REPORT = (
+    "import json, subprocess\n"
+    "doc = json.loads(subprocess.run(['slurmenv', 'doctor', '--json'], capture_output=True, "
+    "text=True).stdout)\n"
+    "enroot = next(c for c in doc['checks'] if c['name'] == 'enroot')\n"
+    "print('ENROOT ' + json.dumps([enroot['verdict'], enroot['message']]))\n"
+    "out = json.loads(subprocess.run(['slurmenv', 'export', '--format', 'json'], "
+    "capture_output=True, text=True).stdout)\n"
+    "print('EXPORT ' + json.dumps({k: out[k] for k in ('MASTER_ADDR', 'MASTER_PORT', 'RANK')}))\n"
+)
+
+
+def test_doctor_names_the_enroot_hooks_values(slurm_cluster: SlurmCluster) -> None:
+    """Rank 0 on the step's second node (-m arbitrary): the hook's MASTER_ADDR (the first node)
+    is wrong and slurmenv replaces it; its MASTER_PORT (one per job) slurmenv keeps, as any
+    inherited MASTER_PORT; doctor says both, naming the hook."""
+    assert slurm_cluster.tmp is not None
+    hostfile = slurm_cluster.tmp / "enroot-hosts"
+    hostfile.write_text("r1n10\nr1n09\n")
+    res = slurm_cluster.srun(
+        ["-m", "arbitrary", "-n2"],
+        ["sh", "-c", ENROOT_HOOK + f'exec {PYTHON} -c "$REPORT"'],
+        env={**ENV, "SLURM_HOSTFILE": str(hostfile), "REPORT": REPORT}, timeout=TIMEOUT)
+    assert res.returncode == 0, explain(res)
+    ports = set()
+    for rank in (0, 1):
+        lines = res.per_task[rank]
+        verdict, message = json.loads(next(x[7:] for x in lines if x.startswith("ENROOT ")))
+        exported = json.loads(next(x[7:] for x in lines if x.startswith("EXPORT ")))
+        port = int(exported["MASTER_PORT"])
+        assert 61000 <= port < 61000 + 4536, exported  # the hook's, kept
+        ports.add(port)
+        assert (exported["MASTER_ADDR"], exported["RANK"]) == ("r1n10", str(rank)), exported
+        assert verdict == "warning", message
+        assert f"MASTER_PORT={port} is what enroot's PyTorch hook sets" in message
+        assert "the hook's MASTER_ADDR=r1n09 is replaced by rank 0's r1n10" in message
+    assert len(ports) == 1, explain(res)
