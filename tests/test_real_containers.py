@@ -127,6 +127,20 @@ def test_the_image_has_no_slurmenv(slurm_cluster: SlurmCluster, image: Path) -> 
     assert res.returncode != 0 and "No module named 'slurmenv'" in res.stderr, explain(res)
 
 
+def test_ch_run_shares_the_pid_and_network_namespaces(
+    slurm_cluster: SlurmCluster, image: Path
+) -> None:
+    """ch-run makes a user and a mount namespace only: what docs/containers.md says of it."""
+    names = ["/proc/self/ns/pid", "/proc/self/ns/net", "/proc/self/ns/mnt"]
+    res = slurm_cluster.srun(["-N1", "-n1"], ["sh", "-c", " ".join(
+        ["readlink", *names, "&&", *ch_run(image), "/usr/bin/readlink", *names])],
+        env=ENV, timeout=TIMEOUT)
+    assert res.returncode == 0, explain(res)
+    outside, inside = res.per_task[0][:3], res.per_task[0][3:]
+    assert outside[:2] == inside[:2], explain(res)  # pid, net: the host's
+    assert outside[2] != inside[2], explain(res)  # mnt: its own
+
+
 def test_the_task_prolog_reaches_the_program_inside(
     slurm_cluster: SlurmCluster, image: Path
 ) -> None:
