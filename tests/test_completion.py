@@ -60,10 +60,11 @@ def _install(shell: str, home: Path) -> Path:
 
 
 # -- bash --------------------------------------------------------------------------------------
-def bash_complete(home: Path, words: list[str]) -> list[str]:
+def bash_complete(home: Path, words: list[str], load: str | None = None) -> list[str]:
     """What bash completes for ``words`` (the last one being completed), with the script
-    loaded by bash-completion's on-demand loader from the user's completions directory."""
-    if not shutil.which("bash") or not BASH_COMPLETION.exists():
+    loaded by bash-completion's on-demand loader from the user's completions directory, or by
+    the shell code ``load``."""
+    if not shutil.which("bash") or (load is None and not BASH_COMPLETION.exists()):
         pytest.skip("bash and the bash-completion package are needed (tests/run.sh installs them)")
     line = " ".join(words)
     # bash splits --opt=value at '=' (COMP_WORDBREAKS), as readline does
@@ -71,9 +72,10 @@ def bash_complete(home: Path, words: list[str]) -> list[str]:
     for word in words:
         head, eq, tail = word.partition("=")
         split += [head, "=", tail] if eq and head.startswith("--") else [word]
+    loader = load or (f". {BASH_COMPLETION}\n"
+                      "__load_completion slurmenv || { echo 'no completion loaded' >&2; exit 3; }")
     code = (
-        f". {BASH_COMPLETION}\n"
-        "__load_completion slurmenv || { echo 'no completion loaded' >&2; exit 3; }\n"
+        f"{loader}\n"
         "complete -p slurmenv >&2\n"
         f"COMP_WORDS=({' '.join(_sq(w) for w in split)})\n"
         f"COMP_CWORD={len(split) - 1}\nCOMP_LINE={_sq(line)}\nCOMP_POINT={len(line)}\n"
@@ -113,7 +115,7 @@ print -r -- ready > {ready}
 """
 
 
-def zsh_complete(home: Path, words: list[str]) -> list[str]:
+def zsh_complete(home: Path, words: list[str], source: Path | None = None) -> list[str]:
     """What zsh offers after ``words`` and a TAB, in an interactive zsh whose $fpath holds
     ``_slurmenv`` (autoloaded by compinit from its ``#compdef`` line)."""
     if not shutil.which("zsh"):
@@ -122,6 +124,9 @@ def zsh_complete(home: Path, words: list[str]) -> list[str]:
     for path in (out, ready):
         path.unlink(missing_ok=True)
     setup = ZSH_SETUP.format(zfunc=home / "zfunc", home=home, out=out, ready=ready)
+    if source is not None:  # sourced after compinit instead of found in $fpath
+        setup = setup.replace(f"fpath=({home / 'zfunc'} $fpath)", "").replace(
+            "bindkey", f"source {source}\nbindkey")
     (home / "setup.zsh").write_text(setup)
     pid, fd = pty.fork()
     if pid == 0:  # pragma: no cover - the child
@@ -269,3 +274,22 @@ def test_refuses_a_shell_it_has_no_script_for(argv: list[str]) -> None:
                          text=True, cwd=ROOT, check=False)
     assert out.returncode == 2
     assert "Traceback" not in out.stderr and "bash" in out.stderr
+
+
+def test_bash_without_bash_completion(tmp_path: Path) -> None:
+    """docs/completion.md: eval "$(slurmenv completion bash)" in ~/.bashrc, no bash-completion."""
+    load = f'eval "$({sys.executable} -m slurmenv completion bash)"'
+    assert set(bash_complete(tmp_path, ["slurmenv", "export", "--sh"], load)) == {"--shell"}
+    assert set(bash_complete(tmp_path, ["slurmenv", "show", "--for", ""], load)) == \
+        set(render.OUTPUTS)
+
+
+def test_zsh_sourced_after_compinit(tmp_path: Path) -> None:
+    """docs/completion.md: source <(slurmenv completion zsh) after compinit."""
+    if not shutil.which("zsh"):
+        pytest.skip("zsh is needed (tests/run.sh installs it)")
+    script_file = tmp_path / "slurmenv.zsh"
+    script_file.write_text(script("zsh"))
+    (tmp_path / "zfunc").mkdir()  # empty: nothing to autoload
+    found = zsh_complete(tmp_path, ["slurmenv", "export", "--shell", ""], source=script_file)
+    assert _words(found) == set(render.SHELLS)
