@@ -82,7 +82,7 @@ def bash_complete(home: Path, words: list[str], load: str | None = None) -> list
         '_slurmenv slurmenv "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"\n'
         'printf "%s\\n" "${COMPREPLY[@]}"\n'
     )
-    out = subprocess.run(["bash", "--norc", "--noprofile", "-c", code], env=_env(home),
+    out = subprocess.run(["bash", "--norc", "--noprofile", "-c", code], env=_env(home), cwd=home,
                          capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     assert "complete -F _slurmenv slurmenv" in out.stderr
@@ -130,6 +130,7 @@ def zsh_complete(home: Path, words: list[str], source: Path | None = None) -> li
     (home / "setup.zsh").write_text(setup)
     pid, fd = pty.fork()
     if pid == 0:  # pragma: no cover - the child
+        os.chdir(home)
         os.execvpe("zsh", ["zsh", "-f", "-i"], _env(home))
     try:
         _type(fd, f". {home}/setup.zsh\n".encode(), lambda: ready.exists())
@@ -164,7 +165,7 @@ def fish_complete(home: Path, words: list[str]) -> list[str]:
     if not shutil.which("fish"):
         pytest.skip("fish is needed (tests/run.sh installs it)")
     line = " ".join(words)
-    out = subprocess.run(["fish", "-c", f"complete -C {_sq(line)}"], env=_env(home),
+    out = subprocess.run(["fish", "-c", f"complete -C {_sq(line)}"], env=_env(home), cwd=home,
                          capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     return [w.split("\t")[0] for w in out.stdout.splitlines() if w]
@@ -177,17 +178,14 @@ COMPLETE = {"bash": bash_complete, "zsh": zsh_complete, "fish": fish_complete}
 def shell(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     home = tmp_path_factory.mktemp(f"home-{request.param}")
     _install(request.param, home)
-    (home / "work").mkdir()
-    (home / "work" / "step-12.json").write_text("{}")
-    (home / "work" / "train.py").write_text("")
-    os.chdir(home / "work")  # for file names; restored below
+    (home / "step-12.json").write_text("{}")  # file names to complete: the shell runs here
+    (home / "train.py").write_text("")
 
     def complete(*words: str) -> list[str]:
         return COMPLETE[request.param](home, list(words))
 
     complete.name = request.param  # type: ignore[attr-defined]
-    yield complete
-    os.chdir(ROOT)
+    return complete
 
 
 def _words(found: list[str]) -> set[str]:
