@@ -1,7 +1,7 @@
 """``slurmenv`` command line: a thin layer over :func:`slurmenv.resolve`.
 
-``main`` dispatches: ``export``, ``exec`` and ``help`` are here; ``show``, ``doctor``, ``dump``
-and ``torchrun`` live in their own modules, loaded by name when used (:data:`EXTERNAL`). What
+``main`` dispatches: ``export``, ``exec`` and ``help`` are here; ``show``, ``doctor``, ``dump``,
+``torchrun`` and ``completion`` live in their own modules, loaded by name when used (:data:`EXTERNAL`). What
 the commands share (the resolution options, error messages, failing closed) is in
 ``commandline.py``, below all of them; export's common path does not load it.
 """
@@ -141,6 +141,7 @@ EXTERNAL = {
     "dump": ("slurmenv.dump.command",
              "write what slurmenv reads here to a file to replay elsewhere"),
     "torchrun": ("slurmenv.torchrun", "run torchrun once per node with its options filled in"),
+    "completion": ("slurmenv.completion", "print a completion script for bash, zsh or fish"),
 }
 
 
@@ -221,11 +222,12 @@ def _run(argv: list[str]) -> int:
         close = difflib.get_close_matches(argv[0], [*COMMANDS, *EXTERNAL], n=1, cutoff=0.6)
         usage_error(f"unknown command {argv[0]!r}"
                     + (f": did you mean '{close[0]}'?" if close else "")
-                    + " (commands: export, exec, show, doctor, dump, torchrun, help)")
+                    + " (commands: export, exec, show, doctor, dump, torchrun, completion, help)")
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
-        parser.error("a command is needed: export, exec, show, doctor, dump, torchrun or help")
+        parser.error("a command is needed: export, exec, show, doctor, dump, torchrun, completion "
+                     "or help")
     return COMMANDS[args.command](args)
 
 

@@ -684,3 +684,56 @@ def test_doctor_speaks_of_the_ranks_launcher_not_srun(fixture: str) -> None:
     label = ("Open MPI job" if fixture.startswith("openmpi") else "Hydra job")
     assert f"no TF_CONFIG for a task of {label}" in tf.message, tf.message
     assert "srun" not in tf.message
+
+
+def _hook_env(rank: int, formula: tuple[int, int], **extra: str) -> dict[str, str]:
+    """A task's environment in a pyxis container whose image sets PYTORCH_VERSION: the values
+    enroot's PyTorch hook adds (conf/hooks/extra/50-slurm-pytorch.sh), and pyxis's RANK."""
+    env = step(rank)
+    modulus, lowest = formula
+    env.update(PYTORCH_VERSION="2.5.0", MASTER_ADDR=HOSTS[0], RANK=str(rank),
+               MASTER_PORT=str(int(env["SLURM_JOB_ID"]) % modulus + lowest))
+    env.update(extra)
+    return env
+
+
+def test_enroot_hooks_port_is_named() -> None:
+    env = _hook_env(0, (4536, 61000))
+    checks = run(env, facts(node="r1n09"))
+    hook = checks["enroot"]
+    assert hook.verdict == "warning", hook
+    port = env["MASTER_PORT"]
+    assert hook.message.startswith(
+        f"MASTER_PORT={port} is what enroot's PyTorch hook sets in pyxis containers "
+        "(SLURM_JOB_ID % 4536 + 61000, enroot 4) (PYTORCH_VERSION is set: the image is one "
+        f"the hook acts on); slurmenv keeps an inherited MASTER_PORT, so every step of job "
+        f"{synth.DEFAULT_JOB_ID} gets this one port"), hook
+    assert "MASTER_ADDR" not in hook.message  # the hook's address is rank 0's here
+    assert hook.fix is not None and "env -u MASTER_PORT slurmenv exec" in hook.fix
+    # enroot 3's formula: the same, and said to lie in the ephemeral range
+    old = run(_hook_env(3, (16384, 49152)), facts())["enroot"]
+    assert old.verdict == "warning" and "enroot 3, in the ephemeral range" in old.message
+
+
+def test_enroot_hooks_address_when_rank_0_is_elsewhere() -> None:
+    env = _hook_env(1, (4536, 61000), MASTER_ADDR="r2n10")  # e.g. the first of another order
+    hook = run(env, facts())["enroot"]
+    assert hook.verdict == "warning"
+    assert hook.message.endswith("; the hook's MASTER_ADDR=r2n10 is replaced by rank 0's r1n09")
+
+
+@pytest.mark.parametrize("extra", [{"SLURMENV_PORT": "23456"}, {}])
+def test_enroot_check_is_quiet_without_the_hooks_port(extra: dict[str, str]) -> None:
+    env = _hook_env(0, (4536, 61000), **extra)
+    if not extra:  # a port of the user's, not the hook's formula
+        env["MASTER_PORT"] = str(int(env["MASTER_PORT"]) - 1)
+    hook = run(env, facts(node="r1n09"))["enroot"]
+    assert hook.verdict == "ok", hook
+    assert ("not used: MASTER_PORT is 23456" in hook.message) == bool(extra), hook
+
+
+@pytest.mark.parametrize("job", ["9" * 5000, "", "-3", "٤"])
+def test_enroot_check_reads_any_job_id(job: str) -> None:
+    env = _hook_env(0, (4536, 61000))
+    env["SLURM_JOB_ID"] = job
+    assert doctor.checks.enroot_hook_port(env) is None

@@ -337,6 +337,63 @@ def _check_ports(ctx: Context) -> Check:
     return Check("ports", OK, message)
 
 
+#: enroot's PyTorch hook (``conf/hooks/extra/50-slurm-pytorch.sh``, which pyxis runs for an
+#: image whose environment sets ``PYTORCH_VERSION``): ``MASTER_PORT`` from ``SLURM_JOB_ID`` as
+#: ``(modulus, base, release)``: enroot 4 (issue 243), then enroot 3 (docs/containers.md).
+ENROOT_PORTS = ((4536, 61000, "enroot 4"), (16384, 49152, "enroot 3, in the ephemeral range"))
+ENROOT_FIX = (
+    "let slurmenv derive a port for the step: run it with MASTER_PORT unset (srun "
+    "--container-image=IMAGE env -u MASTER_PORT slurmenv exec -- python train.py), or give "
+    "each step that runs at the same time its own SLURMENV_PORT (docs/containers.md)"
+)
+
+
+def enroot_hook_port(environ: Mapping[str, str]) -> str | None:
+    """The formula of enroot's PyTorch hook that gives ``MASTER_PORT`` from ``SLURM_JOB_ID``
+    here (``"SLURM_JOB_ID % 4536 + 61000, enroot 4"``), or None."""
+    port, job = to_int(environ.get("MASTER_PORT", "")), to_int(environ.get("SLURM_JOB_ID", ""))
+    if port is None or job is None:
+        return None
+    for modulus, lowest, release in ENROOT_PORTS:
+        if port == job % modulus + lowest:
+            return f"SLURM_JOB_ID % {modulus} + {lowest}, {release}"
+    return None
+
+
+@check(
+    "enroot", "enroot hook",
+    "whether `MASTER_PORT` is the value enroot's PyTorch hook sets in pyxis containers "
+    "(`SLURM_JOB_ID % 4536 + 61000`; `% 16384 + 49152` before enroot 4): slurmenv keeps an "
+    "inherited `MASTER_PORT`, so every step of the job gets that one port; with it, the "
+    "hook's `MASTER_ADDR` (the step's first node) where slurmenv's rank-0 node differs",
+)
+def _check_enroot(ctx: Context) -> Check:
+    env = ctx.environ
+    formula = enroot_hook_port(env)
+    if formula is None:
+        return Check("enroot", OK, "no MASTER_PORT from enroot's PyTorch hook (pyxis)")
+    res = ctx.res
+    if res is None:
+        return ctx.no_resolution("enroot")
+    port = env["MASTER_PORT"].strip()
+    if "MASTER_PORT" in res.fixed or ctx.options.get("port") is not None or \
+            env.get("SLURMENV_PORT"):
+        return Check("enroot", OK, f"MASTER_PORT={port} is enroot's PyTorch hook's ({formula}) "
+                     f"but not used: MASTER_PORT is {res.master_port}")
+    hint = " (PYTORCH_VERSION is set: the image is one the hook acts on)" \
+        if env.get("PYTORCH_VERSION") else ""
+    message = (
+        f"MASTER_PORT={port} is what enroot's PyTorch hook sets in pyxis containers "
+        f"({formula}){hint}; slurmenv keeps an inherited MASTER_PORT, so every step of job "
+        f"{env.get('SLURM_JOB_ID', '').strip()} gets this one port instead of its own and "
+        "steps that run at the same time collide"
+    )
+    addr = env.get("MASTER_ADDR", "").strip()
+    if addr and addr != res.master_addr:
+        message += f"; the hook's MASTER_ADDR={addr} is replaced by rank 0's {res.master_addr}"
+    return Check("enroot", WARNING, message, ENROOT_FIX)
+
+
 def _targets(ctx: Context) -> list[str]:
     """The hosts tasks connect to: the TensorFlow workers and the master."""
     res = ctx.res

@@ -1,0 +1,420 @@
+"""``slurmenv completion bash|zsh|fish``: a completion script for the shell, on stdout.
+
+Nothing in a script is written by hand: the commands, their options and the values an option
+takes are read from the parsers the commands themselves use (``cli.build_parser`` for
+``export``, ``exec`` and ``help``; each ``cli.EXTERNAL`` module's ``build_parser``;
+``torchrun.own_arguments``), and those are made from the options table
+(``options.TABLE``, ``options.FOR``) and ``render.SHELLS``/``FORMATS``. A row added to the
+table is completed in every shell with no change here (tests/test_completion.py drives the
+real shells to check it).
+
+Values: an option with choices (``--for``, ``--shell``, ``--format``, ``--color``) completes
+them; an option whose value is a file (metavar ``FILE``) completes file names; any other
+value (a port, a template) is not guessed. After ``exec``'s command starts (the first word
+that is not an option, or ``--``), the shell completes a command; after ``torchrun``'s own
+options, file names.
+
+This module describes the whole command line, so it sits above ``cli`` (which loads it by name,
+as every command but ``export``, ``exec`` and ``help``): the one module besides ``__main__``
+that imports ``cli``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import shlex
+import sys
+from collections.abc import Sequence
+
+from ._compat import NamedTuple
+
+SHELL_NAMES = ("bash", "zsh", "fish")
+#: Where each shell looks for a completion file it loads by itself (see docs/completion.md).
+INSTALL = {
+    "bash": "${BASH_COMPLETION_USER_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/bash-completion}"
+            "/completions/slurmenv",
+    "zsh": "a directory in $fpath, as _slurmenv (e.g. ~/.zfunc/_slurmenv)",
+    "fish": "${XDG_CONFIG_HOME:-$HOME/.config}/fish/completions/slurmenv.fish",
+}
+#: The value of an option: a file name, or anything (not completed).
+FILE, ANY = "file", "any"
+
+
+class Opt(NamedTuple):
+    """One option of a command: its names (``-o``, ``--output``), what its value is (None: it
+    takes none; a tuple of choices, FILE or ANY) and its help, shortened."""
+
+    names: tuple[str, ...]
+    value: tuple[str, ...] | str | None
+    help: str
+
+
+class Command(NamedTuple):
+    """A command: name, help, options and what follows them: ``"command"`` (exec: a command to
+    run), ``"files"`` (torchrun: its script), a tuple of words (help: a command) or None."""
+
+    name: str
+    help: str
+    options: tuple[Opt, ...]
+    rest: tuple[str, ...] | str | None
+
+
+def _short(text: str | None) -> str:
+    """A help text cut to its first clause, for a menu."""
+    text = " ".join((text or "").replace("%%", "%").split())
+    for stop in (" (", "; ", ": "):
+        text = text.split(stop)[0]
+    return text if len(text) <= 70 else text[:67].rstrip() + "..."
+
+
+def _opt(names: Sequence[str], keywords: dict[str, object]) -> Opt:
+    nargs = keywords.get("nargs")
+    action = keywords.get("action", "store")
+    value: tuple[str, ...] | str | None
+    if action in ("store_true", "store_false", "help", "version") or nargs == 0:
+        value = None
+    elif keywords.get("choices") is not None:
+        value = tuple(str(c) for c in keywords["choices"])  # type: ignore[attr-defined]
+    elif keywords.get("metavar") == "FILE":
+        value = FILE
+    else:
+        value = ANY
+    return Opt(tuple(names), value, _short(keywords.get("help")))  # type: ignore[arg-type]
+
+
+def _parser_options(parser: argparse.ArgumentParser) -> tuple[Opt, ...]:
+    """The options of an argparse parser (positionals left out)."""
+    out = []
+    for action in parser._actions:  # argparse's list of actions, public in all but name
+        if not action.option_strings:
+            continue
+        kind = ("help" if isinstance(action, argparse._HelpAction) else
+                "store_true" if action.nargs == 0 else "store")
+        out.append(_opt(action.option_strings, {
+            "action": kind, "choices": action.choices, "metavar": action.metavar,
+            "help": action.help}))
+    return tuple(out)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="slurmenv completion",
+        description="Print a completion script for bash, zsh or fish. Install it where the "
+        "shell loads it by itself, e.g. slurmenv completion bash > "
+        "~/.local/share/bash-completion/completions/slurmenv (see docs/completion.md)",
+    )
+    parser.add_argument("shell", choices=SHELL_NAMES, help="the shell")
+    return parser
+
+
+def commands() -> list[Command]:
+    """Every command of ``slurmenv`` with its options, in the order of ``slurmenv --help``."""
+    from . import cli
+
+    top = cli.build_parser()
+    sub = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {choice.dest: _short(choice.help) for choice in sub._choices_actions}
+    out = []
+    for name in sub.choices:
+        rest: tuple[str, ...] | str | None = None
+        if name in cli.EXTERNAL:
+            module = importlib.import_module(cli.EXTERNAL[name][0])
+            if name == "torchrun":
+                opts = (Opt(("-h", "--help"), None, "show the help and exit"),
+                        *(_opt([flag], keywords) for flag, keywords in module.own_arguments()))
+                rest = "files"
+            else:
+                opts = _parser_options(module.build_parser())
+        else:
+            opts = _parser_options(sub.choices[name])
+            rest = ("command" if name == "exec" else
+                    tuple(n for n in sub.choices if n != "help") if name == "help" else None)
+        if name == "completion":
+            rest = SHELL_NAMES
+        out.append(Command(name, helps[name], opts, rest))
+    return out
+
+
+# -- bash ------------------------------------------------------------------------------------
+def bash(cmds: Sequence[Command]) -> str:
+    """A script for bash: ``complete -F _slurmenv slurmenv``; bash-completion helpers not
+    needed."""
+    q = shlex.quote
+    names = " ".join(c.name for c in cmds)
+    lines = [
+        "# bash completion for slurmenv (generated by 'slurmenv completion bash')",
+        "_slurmenv() {",
+        '    local cur="${COMP_WORDS[COMP_CWORD]}" prev="" cmd="" i=1 start=0',
+        '    [ "$COMP_CWORD" -gt 0 ] && prev="${COMP_WORDS[COMP_CWORD-1]}"',
+        "    # --opt=value: bash splits at '=' (COMP_WORDBREAKS)",
+        '    if [ "$cur" = "=" ]; then cur=""',
+        '    elif [ "$prev" = "=" ] && [ "$COMP_CWORD" -gt 1 ]; then prev="${COMP_WORDS[COMP_CWORD-2]}"',
+        "    fi",
+        '    while [ "$i" -lt "$COMP_CWORD" ]; do',
+        '        case "${COMP_WORDS[i]}" in -*) ;; *) cmd="${COMP_WORDS[i]}"; break ;; esac',
+        "        i=$((i + 1))",
+        "    done",
+        "    COMPREPLY=()",
+        '    if [ -z "$cmd" ]; then',
+        f'        COMPREPLY=($(compgen -W {q(names + " --help --version")} -- "$cur"))',
+        "        return 0",
+        "    fi",
+        "    local opts='' j=$((i + 1))",
+        '    case "$cmd" in',
+    ]
+    for cmd in cmds:
+        flags = " ".join(n for o in cmd.options for n in o.names)
+        lines.append(f"    {cmd.name})")
+        lines.append(f"        opts={q(flags)}")
+        values = [o for o in cmd.options if o.value is not None]
+        if values:
+            lines.append('        case "$prev" in')
+            for o in values:
+                pattern = "|".join(o.names)
+                if isinstance(o.value, tuple):
+                    action = f'COMPREPLY=($(compgen -W {q(" ".join(o.value))} -- "$cur"))'
+                elif o.value == FILE:
+                    action = 'compopt -o filenames 2>/dev/null; COMPREPLY=($(compgen -f -- "$cur"))'
+                else:
+                    action = ":"
+                lines.append(f"            {pattern}) {action}; return 0 ;;")
+            lines.append("        esac")
+        if cmd.rest is not None:
+            # the first word after the options: where the command (exec), the script
+            # (torchrun) or the argument (help, completion) starts
+            lines += [
+                '        while [ "$j" -lt "$COMP_CWORD" ]; do',
+                '            case "${COMP_WORDS[j]}" in',
+                '                --) start=$((j + 1)); break ;;',
+            ]
+            takes = [n for o in cmd.options if o.value is not None for n in o.names]
+            if takes:  # an option and its value: --port 1234 or --port=1234 (3 words)
+                lines.append(f'                {"|".join(takes)}) j=$((j + 1)); '
+                             '[ "${COMP_WORDS[j]}" = "=" ] && j=$((j + 1)) ;;')
+            lines += [
+                '                -*) ;;',
+                '                *) start=$j; break ;;',
+                "            esac",
+                "            j=$((j + 1))",
+                "        done",
+                '        if [ "$start" -gt 0 ]; then',
+            ]
+            if cmd.rest == "command":
+                lines += [
+                    '            if [ "$start" -eq "$COMP_CWORD" ]; then',
+                    '                COMPREPLY=($(compgen -c -- "$cur"))',
+                    "            else",
+                    '                compopt -o filenames 2>/dev/null; COMPREPLY=($(compgen -f -- "$cur"))',
+                    "            fi",
+                ]
+            elif cmd.rest == "files":
+                lines.append('            compopt -o filenames 2>/dev/null; '
+                             'COMPREPLY=($(compgen -f -- "$cur"))')
+            else:
+                lines.append("            :")
+            lines += ["            return 0", "        fi"]
+            if isinstance(cmd.rest, tuple):
+                lines += [
+                    '        case "$cur" in -*) ;; *)',
+                    f'            COMPREPLY=($(compgen -W {q(" ".join(cmd.rest))} -- "$cur"))',
+                    "            return 0 ;;",
+                    "        esac",
+                ]
+            elif cmd.rest == "files":
+                lines += [
+                    '        case "$cur" in -*) ;; *)',
+                    ('            compopt -o filenames 2>/dev/null; '
+                     'COMPREPLY=($(compgen -f -- "$cur")); return 0 ;;'),
+                    "        esac",
+                ]
+            elif cmd.rest == "command":
+                lines += [
+                    '        case "$cur" in -*) ;; *)',
+                    '            COMPREPLY=($(compgen -c -- "$cur")); return 0 ;;',
+                    "        esac",
+                ]
+        lines.append("        ;;")
+    lines += [
+        "    *) return 0 ;;",
+        "    esac",
+        '    COMPREPLY=($(compgen -W "$opts" -- "$cur"))',
+        "}",
+        "complete -F _slurmenv slurmenv",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# -- zsh -------------------------------------------------------------------------------------
+def _zsh_text(text: str) -> str:
+    """``text`` for an _arguments spec: its brackets and colons escaped."""
+    for char in "\\[]:":
+        text = text.replace(char, "\\" + char)
+    return text
+
+
+def _zsh_spec(o: Opt) -> list[str]:
+    specs = []
+    for name in o.names:
+        head = name + ("=" if o.value is not None and name.startswith("--") else "")
+        if o.value is not None and not name.startswith("--"):
+            head += "+"  # -oFILE or -o FILE
+        spec = f"{head}[{_zsh_text(o.help)}]"
+        if isinstance(o.value, tuple):
+            spec += f":{name.lstrip('-')}:({' '.join(o.value)})"
+        elif o.value == FILE:
+            spec += ":file:_files"
+        elif o.value == ANY:
+            spec += f":{name.lstrip('-')}: "
+        if len(o.names) > 1:
+            spec = f"({' '.join(o.names)})" + spec
+        specs.append(spec)
+    return specs
+
+
+def zsh(cmds: Sequence[Command]) -> str:
+    """A script for zsh's completion system: a file ``_slurmenv`` in a directory of $fpath
+    (``#compdef slurmenv``), or sourced after compinit."""
+    q = shlex.quote
+    lines = [
+        "#compdef slurmenv",
+        "# zsh completion for slurmenv (generated by 'slurmenv completion zsh')",
+        "",
+        "_slurmenv() {",
+        "    local curcontext=$curcontext state line ret=1",
+        "    local -a subcommands  # not 'commands': zsh's hash of the commands on $PATH",
+        "    subcommands=(",
+        *(f"        {q(c.name + ':' + c.help.replace(':', chr(92) + ':'))}" for c in cmds),
+        "    )",
+        "    _arguments -C '(- *)--version[show the version and exit]' \\",
+        "        '(- *)'{-h,--help}'[show the help and exit]' \\",
+        "        '1:command:->command' '*::argument:->argument' && ret=0",
+        "    case $state in",
+        "    command) _describe -t commands 'slurmenv command' subcommands && ret=0 ;;",
+        "    argument)",
+        "        case $words[1] in",
+    ]
+    for cmd in cmds:
+        specs = [spec for o in cmd.options for spec in _zsh_spec(o)]
+        if cmd.rest == "command":
+            specs.append("(-)*::command:_normal")
+        elif cmd.rest == "files":
+            specs.append("*::script or torchrun option:_files")
+        elif isinstance(cmd.rest, tuple):
+            specs.append(f"1:{cmd.name} argument:({' '.join(cmd.rest)})")
+        lines.append(f"        {cmd.name})")
+        if cmd.rest == "command":  # after --: the command and its arguments (_arguments
+            lines += [  # does not hand the words after -- to _normal)
+                "            if (( ${words[(i)--]} < CURRENT )); then",
+                "                local n=${words[(i)--]}",
+                "                shift $n words; (( CURRENT -= n ))",
+                "                _normal && ret=0",
+                "            else",
+            ]
+        lines.append("            _arguments -s -S \\")
+        lines += [f"                {q(spec)} \\" for spec in specs]
+        lines.append("                && ret=0")
+        if cmd.rest == "command":
+            lines.append("            fi")
+        lines.append("            ;;")
+    lines += [
+        "        esac ;;",
+        "    esac",
+        "    return ret",
+        "}",
+        "",
+        'if [ "$funcstack[1]" = "_slurmenv" ]; then',
+        '    _slurmenv "$@"',
+        "else",
+        "    compdef _slurmenv slurmenv",
+        "fi",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# -- fish ------------------------------------------------------------------------------------
+def fish(cmds: Sequence[Command]) -> str:
+    """A script for fish: ``slurmenv.fish`` in a completions directory (``$fish_complete_path``)."""
+    q = shlex.quote  # fish reads POSIX single quotes the same way for these words
+    names = " ".join(c.name for c in cmds)
+    lines = [
+        "# fish completion for slurmenv (generated by 'slurmenv completion fish')",
+        "complete -c slurmenv -f",
+        (f"complete -c slurmenv -n 'not __fish_seen_subcommand_from {names}' -l version "
+         "-d 'show the version and exit'"),
+        (f"complete -c slurmenv -n 'not __fish_seen_subcommand_from {names}' -s h -l help "
+         "-d 'show the help and exit'"),
+    ]
+    for cmd in cmds:
+        lines.append(f"complete -c slurmenv -n 'not __fish_seen_subcommand_from {names}' "
+                     f"-a {cmd.name} -d {q(cmd.help)}")
+    for cmd in cmds:
+        when = f"__fish_seen_subcommand_from {cmd.name}"
+        if cmd.rest is not None:  # options before the command/script only
+            when += "; and not contains -- -- (commandline -opc)"
+        for o in cmd.options:
+            parts = [f"complete -c slurmenv -n {q(when)}"]
+            for name in o.names:
+                parts.append(f"-l {name[2:]}" if name.startswith("--") else f"-s {name[1:]}")
+            if isinstance(o.value, tuple):
+                parts.append(f"-x -a {q(' '.join(o.value))}")
+            elif o.value == FILE:
+                parts.append("-r -F")
+            elif o.value == ANY:
+                parts.append("-x")
+            parts.append(f"-d {q(o.help)}")
+            lines.append(" ".join(parts))
+        seen = f"__fish_seen_subcommand_from {cmd.name}"
+        if cmd.rest == "command":
+            takes = " ".join(n for o in cmd.options if o.value is not None for n in o.names)
+            # skip slurmenv, exec and the options (with their values) and complete the
+            # command line that is left (fish's __fish_complete_subcommand takes a "--"
+            # after the options for an option with a value, and skips the command)
+            lines += [
+                f"function __slurmenv_{cmd.name}_command",
+                "    set -l words (commandline -opc) (commandline -ct)",
+                "    set -l i 3",
+                "    while test $i -lt (count $words)",
+                "        switch $words[$i]",
+                "            case --",
+                "                set i (math $i + 1); break",
+                f"            case {takes}",
+                "                set i (math $i + 2); continue",
+                "            case '-*'",
+                "            case '*'",
+                "                break",
+                "        end",
+                "        set i (math $i + 1)",
+                "    end",
+                "    test $i -le (count $words); or return",
+                "    complete -C (string join -- ' ' (string escape -- $words[$i..-1]))",
+                "end",
+                f"complete -c slurmenv -n {q(seen)} -a '(__slurmenv_{cmd.name}_command)'",
+            ]
+        elif cmd.rest == "files":
+            lines.append(f"complete -c slurmenv -n {q(seen)} -F")
+        elif isinstance(cmd.rest, tuple):
+            lines.append(f"complete -c slurmenv -n {q(seen)} -a {q(' '.join(cmd.rest))}")
+    return "\n".join(lines) + "\n"
+
+
+SCRIPTS = {"bash": bash, "zsh": zsh, "fish": fish}
+
+
+def script(shell: str) -> str:
+    """The completion script for ``shell`` (one of SHELL_NAMES)."""
+    return SCRIPTS[shell](commands())
+
+
+def main(argv: Sequence[str]) -> int:
+    """``slurmenv completion SHELL``: print the script."""
+    from .commandline import write_output
+
+    args = build_parser().parse_args(argv)
+    return write_output(script(args.shell))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main(sys.argv[1:]))
