@@ -4,6 +4,7 @@ show an exit status run here."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -126,3 +127,94 @@ def test_the_exceptions_proofs_md_names_are_the_harness_configuration() -> None:
     assert "`proctrack/linuxproc`" in text and "`task/none`" in text
     assert "test_topology_ordered_layout_is_detected" in text
     assert "def test_topology_ordered_layout_is_detected(" in page("tests/test_resolve.py")
+
+
+# -- every exit status a page states is held by a test ---------------------------------------
+#: (page, words of the claim) -> the tests that assert that exit status
+EXIT_STATUSES = {
+    ("README.md", "(exit status 127)"):
+        ["test_real_docs_claims.py::test_taking_the_output_first_fails_closed"],
+    ("docs/debugging.md", "and exits with status 1"):
+        ["test_show.py::test_one_line_error_sorts_in_place"],
+    ("docs/debugging.md", "The exit status is 0 when no check gives an error"):
+        ["test_doc_claims.py::test_doctor_exit_status"],
+    ("docs/debugging.md", "(`dump` exits 0)"):
+        ["test_dump.py::test_an_error_is_recorded_and_replayed"],
+    ("docs/design.md", "write_output (all of it, or exit status 1)"):
+        ["test_ending.py::test_a_full_disk_is_an_error_not_a_traceback"],
+    ("docs/fail-closed.md", "(exit status 70;"):
+        ["test_cli_failures.py::test_a_bug_prints_the_failure_line_and_a_short_message"],
+    ("docs/fail-closed.md", "how to raise the limit (exit status 1)"):
+        ["test_cli_failures.py::test_running_out_of_memory_is_the_jobs_limit_not_a_bug"],
+    ("docs/fail-closed.md", "Every command writes its output whole or exits 1"):
+        ["test_ending.py::test_a_full_disk_is_an_error_not_a_traceback",
+         "test_ending.py::test_output_cut_short_by_a_file_size_limit_is_an_error",
+         "test_ending.py::test_a_closed_stdout_is_an_error_not_a_bug_report"],
+    ("docs/fail-closed.md", "64 KiB buffer) | exit status 1, nothing more said"):
+        ["test_doc_claims.py::test_a_reader_that_goes_away_early_is_exit_status_1",
+         "test_ending.py::test_a_reader_that_goes_away_ends_the_command_quietly"],
+    ("docs/fail-closed.md", "(`ulimit -f`) | exit status 1"):
+        ["test_ending.py::test_output_cut_short_by_a_file_size_limit_is_an_error"],
+    ("docs/fail-closed.md", "(`slurmenv export >&-`) | exit status 1"):
+        ["test_ending.py::test_a_closed_stdout_is_an_error_not_a_bug_report"],
+    ("docs/fail-closed.md", "in an ordinary step exits 0"):
+        ["test_doc_claims.py::test_an_output_that_fits_the_pipe_is_written_whole"],
+    ("docs/layouts.md", "exits with status 0 and no output"):
+        ["test_scale.py::test_scontrol_writes_ranges_it_cannot_read"],
+    ("docs/shells.md", "The exit status is 1 and the reason"):
+        ["test_export_cli.py::test_failure_prints_nothing_that_sets_variables"],
+    ("docs/shells.md", "exit **a script** with status 1"):
+        ["test_shells.py::test_failure_stops_a_script_before_its_next_command"],
+    ("docs/testing.md", "stops with exit status 1 unless"):
+        ["test_doc_claims.py::test_another_checkout_stops_the_session_with_status_1"],
+    ("docs/torchrun.md", "The exit status is still 0."):
+        ["test_real_torchrun.py::test_slurmenv_torchrun_two_nodes_two_workers"],
+}
+#: pages another change owns (their exit statuses are tested there: tests/test_real_task_prolog.py)
+EXIT_STATUS_ELSEWHERE = ("docs/task-prolog.md", "docs/CHANGELOG.md")
+#: mentions that state no status (advice)
+NOT_A_STATUS = {("docs/fail-closed.md", "check the exit status before you source it")}
+STATUS_WORDS = re.compile(r"exit status|exits (?:with status )?\d|with status \d|\bexit \$\?")
+
+
+def test_every_exit_status_a_page_states_is_tested() -> None:
+    claimed = {(name, " ".join(words.split())) for name, words in EXIT_STATUSES} | NOT_A_STATUS
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        name = str(path.relative_to(ROOT))
+        if name in EXIT_STATUS_ELSEWHERE:
+            continue
+        text = " ".join(path.read_text(encoding="utf-8").split())
+        for match in STATUS_WORDS.finditer(text):
+            around = text[max(0, match.start() - 80):match.end() + 80]
+            assert any(page_name == name and words in around for page_name, words in claimed), (
+                f"{name}: '...{around}...' states an exit status: name its test in EXIT_STATUSES")
+    for (name, words), tests in EXIT_STATUSES.items():
+        assert " ".join(words.split()) in " ".join(page(name).split()), (name, words)
+        for test in tests:
+            file, function = test.split("::")
+            assert f"def {function}(" in page(f"tests/{file}"), test
+
+
+def test_doctor_exit_status() -> None:
+    """docs/debugging.md: 0 when no check gives an error, 1 otherwise."""
+    def doctor(dump: str) -> int:
+        return subprocess.run([sys.executable, "-m", "slurmenv", "doctor", "--from",
+                               str(ROOT / "tests" / "dumps" / dump)], capture_output=True,
+                              timeout=120, check=False).returncode
+
+    assert doctor("healthy-rank5.json") == 0
+    assert doctor("batch-script.json") == 1
+
+
+def test_another_checkout_stops_the_session_with_status_1(tmp_path: Path) -> None:
+    """docs/testing.md: a session that would import another clone's slurmenv stops, status 1."""
+    import test_checkout
+
+    clone = test_checkout._clone(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "tests/test_checkout.py::test_this_checkout_is_tested"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(clone)}, capture_output=True, text=True,
+        timeout=300, check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "not testing this checkout" in proc.stdout + proc.stderr

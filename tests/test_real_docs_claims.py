@@ -46,7 +46,7 @@ def test_exec_fails_closed_when_slurmenv_is_missing(slurm_cluster: SlurmCluster)
 def test_taking_the_output_first_fails_closed(slurm_cluster: SlurmCluster) -> None:
     script = 'env=$(slurmenv export) && eval "$env" && exec echo ran'
     res = slurm_cluster.srun(STEP, ["sh", "-c", script], env=NO_SLURMENV)
-    assert res.returncode != 0
+    assert res.returncode == 127, res.stderr  # README: the missing command's status
     assert "ran" not in res.stdout
 
 

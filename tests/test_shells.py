@@ -330,7 +330,7 @@ def test_failure_stops_a_script_before_its_next_command(shell: str, tmp_path: Pa
     script.write_text(f"{USAGE[shell][1]}\necho NEXT-COMMAND-RAN\n")
     proc = run([*interpreter(shell), str(script)], batch_env(tmp_path), tmp_path)
     assert b"NEXT-COMMAND-RAN" not in proc.stdout
-    assert proc.returncode != 0
+    assert proc.returncode == 1  # docs/shells.md: the script exits with status 1
     assert b"slurmenv: error: inside Slurm job" in proc.stderr
 
 
