@@ -96,6 +96,8 @@ def _calling_shell() -> str:
             name = handle.read().strip()
     except OSError:
         return "sh"
+    if name == "bsd-csh":  # Debian's BSD csh, run by that name rather than as csh
+        return "csh"
     return name if name in ("fish", "csh", "tcsh") else "sh"
 
 

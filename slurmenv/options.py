@@ -402,9 +402,8 @@ def default_text(row: Option) -> str:
     return str(row.default)
 
 
-#: The command that writes docs/options.md.
-REGENERATE = ("python -c 'from slurmenv.options import markdown; print(markdown(), end=\"\")' "
-              "> docs/options.md")
+#: The command that writes docs/options.md (with every other generated page: tests/regen.py).
+REGENERATE = "python tests/regen.py"
 
 
 # -- the output set (what --for chooses) ------------------------------------------------------

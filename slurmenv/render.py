@@ -284,7 +284,11 @@ def render_fish(values: Mapping[str, str]) -> str:
 # TF_CONFIG's "{...}" would lose its braces); eval then does history (!), variable ($) and
 # command (`) substitution. So a csh value is written plain when it holds only characters
 # special nowhere, and otherwise made at eval time by printf from octal escapes:
-# "`printf '\\173...'`" (the double quotes keep it one word, blanks included).
+# "`printf '\\173...'`" (the double quotes keep it one word, blanks included). A long value is
+# made by several printfs in the same word, each argument at most PRINTF_ARG_MAX characters:
+# Linux refuses to start a program with one argument of 128 KiB or more ("Argument list too
+# long"), and the backquote then gives an empty value with exit status 0.
+PRINTF_ARG_MAX = 65536
 _CSH_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.,:/=+@-")
 
 
@@ -303,18 +307,24 @@ def csh_quote(value: str, name: str = "value") -> str:
         )
     if all(char in _CSH_SAFE for char in value):
         return f"'{value}'"
-    out = []
+    chunks, chunk = [], ""
     for char in value:
         if char in _CSH_SAFE:
-            out.append(char)
+            token = char
         elif char == "%":
-            out.append("%%")
+            token = "%%"
         else:
-            out.extend(f"\\{byte:03o}" for byte in char.encode("utf-8", "surrogateescape"))
-    text = "".join(out)
-    if text.startswith("-"):  # not an option of printf
-        text = "\\055" + text[1:]
-    return f"\"`printf '{text}'`\""
+            token = "".join(f"\\{byte:03o}" for byte in char.encode("utf-8", "surrogateescape"))
+        if len(chunk) + len(token) > PRINTF_ARG_MAX:
+            chunks.append(chunk)
+            chunk = ""
+        chunk += token
+    chunks.append(chunk)
+    return '"' + "".join(f"`printf '{_not_an_option(text)}'`" for text in chunks) + '"'
+
+
+def _not_an_option(text: str) -> str:
+    return "\\055" + text[1:] if text.startswith("-") else text
 
 
 def render_tcsh(values: Mapping[str, str]) -> str:
@@ -323,24 +333,30 @@ def render_tcsh(values: Mapping[str, str]) -> str:
     )
 
 
-#: The longest word BSD csh (Debian's ``csh`` package) takes: ``eval`` fails with "Word too
-#: long" past about 4,090 characters (measured: a TF_CONFIG of about 1 KB of JSON written as
-#: octal escapes). tcsh, which Debian installs as ``csh`` by default, has no such limit.
-CSH_WORD_MAX = 4000
+#: The longest ``setenv NAME WORD;`` line (without its newline) that BSD csh (Debian's ``csh``
+#: package, ``/bin/bsd-csh``, which the ``csh`` alternative prefers to tcsh) takes through
+#: both documented forms, ``eval `...` `` and ``eval "`...`"``: one character more and eval
+#: fails with "Word too long" (measured on csh 20110502; tests/test_shells.py checks it on the
+#: real shell). A TF_CONFIG of about 1 KB of JSON reaches it once written as octal escapes.
+#: tcsh has no such limit.
+CSH_LINE_MAX = 4090
 
 
 def render_csh(values: Mapping[str, str]) -> str:
-    """tcsh's lines, refused when a word is longer than BSD csh takes (:data:`CSH_WORD_MAX`)."""
-    for name, value in values.items():
-        if len(value) > CSH_WORD_MAX // 4 and len(csh_quote(value, name)) > CSH_WORD_MAX:
+    """tcsh's lines, refused when one is longer than BSD csh takes (:data:`CSH_LINE_MAX`)."""
+    lines = render_tcsh(values).splitlines(keepends=True)
+    for (name, value), line in zip(values.items(), lines):
+        if len(line) - 1 > CSH_LINE_MAX:
             raise SlurmEnvError(
-                f"{name} is {len(value)} characters, written for csh as a word longer than "
-                f"the {CSH_WORD_MAX} characters BSD csh takes (eval fails with 'Word too long')",
+                f"{name} is {len(value)} characters, written for csh as a line of "
+                f"{len(line) - 1}, longer than the {CSH_LINE_MAX} BSD csh takes "
+                "(eval fails with 'Word too long')",
                 variable=name, value=value,
-                fix="if your csh is tcsh (Debian's default csh), use --shell tcsh; else run "
-                "slurmenv exec -- COMMAND, or leave TF_CONFIG out with --for torch",
+                fix="if your csh is tcsh, use --shell tcsh; else use --shell sh (or bash, zsh, "
+                "fish) in a task of that shell, run slurmenv exec -- COMMAND, or leave TF_CONFIG "
+                "out with --for torch",
             )
-    return render_tcsh(values)
+    return "".join(lines)
 
 
 def render_json(values: Mapping[str, str]) -> str:

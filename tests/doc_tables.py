@@ -7,9 +7,10 @@
     <!-- end generated -->
 
 and is what :data:`BLOCKS` renders for NAME (tests/test_doc_tables.py checks every page).
-Rewrite them after changing a declaration (a launcher's ``CLAIMS``, a doctor check)::
+Rewrite them after changing a declaration (a launcher's ``CLAIMS``, a doctor check, a public
+function's signature), with every other generated part of the docs (tests/regen.py)::
 
-    python tests/doc_tables.py --update
+    python tests/regen.py
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 from collections.abc import Callable
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-REGENERATE = "python tests/doc_tables.py --update"
+REGENERATE = "python tests/regen.py"  # every generated page at once (this module's too)
 START = re.compile(r"^<!-- generated: ([\w-]+)(?:;[^>]*)? -->$")
 END = "<!-- end generated -->"
 
@@ -42,6 +43,23 @@ def _doctor_checks() -> str:
     return registry.markdown()
 
 
+#: The public functions docs/api.md gives the signatures of, as the page names them.
+API = (
+    "slurmenv.resolve", "Resolution.env", "Resolution.apply", "slurmenv.dump.load",
+    "slurmenv.gpus.for_local_rank", "slurmenv.torch.init_process_group",
+    "slurmenv.tf.cluster_resolver", "slurmenv.jax.initialize_args", "slurmenv.jax.initialize",
+    "slurmenv.lightning.Environment",
+)
+
+
+def _api_signatures() -> str:
+    # written as tests/test_api_doc.py reads them back (``<read>``: read from the node)
+    import test_api_doc
+
+    return "\n".join(f"- `{name}({test_api_doc.show(test_api_doc.real(test_api_doc.target(name)))})`"
+                     for name in API)
+
+
 #: block name -> (what renders it, where its source of truth is declared)
 BLOCKS: dict[str, tuple[Callable[[], str], str]] = {
     "launchers": (_launchers("launchers"), "the CLAIMS of slurmenv/launchers/*.py"),
@@ -49,6 +67,7 @@ BLOCKS: dict[str, tuple[Callable[[], str], str]] = {
     "mpi-versions": (_launchers("mpi_versions"), "the CLAIMS of slurmenv/launchers/*.py"),
     "beyond-slurm": (_launchers("beyond_slurm"), "the CLAIMS of slurmenv/launchers/*.py"),
     "doctor-checks": (_doctor_checks, "the @check registrations of slurmenv/doctor/checks.py"),
+    "api-signatures": (_api_signatures, "the signatures of slurmenv's public functions"),
 }
 
 
@@ -92,21 +111,5 @@ def regenerated(text: str) -> str:
     return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
 
 
-def update() -> int:
-    changed = 0
-    for page in pages():
-        text = page.read_text(encoding="utf-8")
-        new = regenerated(text)
-        if new != text:
-            page.write_text(new, encoding="utf-8")
-            changed += 1
-            print(f"rewrote {page.relative_to(ROOT)}")
-    print(f"{changed} pages rewritten")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
-    if sys.argv[1:] != ["--update"]:
-        sys.exit(f"usage: {REGENERATE}")
-    sys.exit(update())
+    sys.exit(f"the generated blocks are rewritten with every generated page: {REGENERATE}")

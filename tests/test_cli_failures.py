@@ -76,15 +76,15 @@ def test_exec_exit_codes_follow_the_shell(tmp_path: pathlib.Path) -> None:
 
 
 def test_csh_refuses_a_word_bsd_csh_cannot_take() -> None:
-    """BSD csh's eval fails with 'Word too long' past about 4,090 characters (measured with
-    Debian's csh package); tcsh takes them."""
+    """BSD csh's eval fails with 'Word too long' past render.CSH_LINE_MAX (measured with
+    Debian's csh package: tests/test_shells.py); tcsh takes them."""
     value = '{"w":"' + "x" * 5000 + '"}'
     with pytest.raises(SlurmEnvError) as info:
         render.render({"TF_CONFIG": value}, "csh")
     assert info.value.variable == "TF_CONFIG" and "--shell tcsh" in str(info.value.fix)
     assert "TF_CONFIG" in render.render({"TF_CONFIG": value}, "tcsh")
     small = '{"w":"' + "x" * 900 + '"}'
-    assert len(render.csh_quote(small)) <= render.CSH_WORD_MAX
+    assert len(render.render_tcsh({"TF_CONFIG": small})) - 1 <= render.CSH_LINE_MAX
     assert render.render({"TF_CONFIG": small}, "csh")
 
 

@@ -68,21 +68,6 @@ def test_broken_markers_are_refused(text: str) -> None:
         doc_tables.blocks(text)
 
 
-def test_the_regenerate_command_rewrites_the_pages(tmp_path: Path) -> None:
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "docs").mkdir()
-    (tmp_path / "tests" / "doc_tables.py").write_text(
-        (ROOT / "tests" / "doc_tables.py").read_text(encoding="utf-8"), encoding="utf-8")
-    (tmp_path / "README.md").write_text("# r\n", encoding="utf-8")
-    page = tmp_path / "docs" / "debugging.md"
-    page.write_text(f"x\n{doc_tables.start_marker('doctor-checks')}\n"
-                    f"| stale |\n{doc_tables.END}\ny\n", encoding="utf-8")
-    command = doc_tables.REGENERATE.replace("python", sys.executable, 1).split()
-    subprocess.run(command, cwd=tmp_path, check=True, timeout=60, capture_output=True)
-    text = page.read_text(encoding="utf-8")
-    assert "| stale |" not in text and registry.markdown() in text
-
-
 # -- a new launcher or check reaches the pages without a hand edit -----------------------------
 def test_a_new_launcher_appears_in_every_launcher_table(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = types.ModuleType("slurmenv.launchers.fake")

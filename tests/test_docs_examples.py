@@ -40,9 +40,10 @@ A fenced block without the marker must not show a command line mentioning ``slur
 (``$ slurmenv ...``, ``$ srun ... slurmenv ...``) followed by output: such output would escape
 this check. Show it through a replayed dump instead.
 
-Regenerate the outputs after a behaviour change (then read the diff)::
+Regenerate the outputs after a behaviour change (then read the diff), with every other
+generated part of the docs (tests/regen.py)::
 
-    python tests/test_docs_examples.py --update
+    python tests/regen.py
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ MARKER = re.compile(r"^\s*<!--\s*env:\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
 PROMPT = "$ "
 SHELL_OPERATORS = {"|", "||", "&&", ";", ">", ">>", "<", "&"}
+REGENERATE = "python tests/regen.py"
 
 
 def pages() -> list[pathlib.Path]:
@@ -97,12 +99,15 @@ class Example(NamedTuple):
     expected: str
 
 
-def blocks(path: pathlib.Path) -> Iterator[Block]:
-    """The fenced blocks of a Markdown page, each with the ``env:`` marker before it.
+def blocks(path: pathlib.Path, text: str | None = None) -> Iterator[Block]:
+    """The fenced blocks of a Markdown page (its ``text`` if given), each with the ``env:``
+    marker before it.
 
     A ``markdown`` block shows page source: the blocks inside it are checked like any other.
     """
-    yield from _blocks(path, path.read_text(encoding="utf-8").splitlines(), 0)
+    if text is None:
+        text = path.read_text(encoding="utf-8")
+    yield from _blocks(path, text.splitlines(), 0)
 
 
 def _blocks(path: pathlib.Path, lines: list[str], offset: int) -> Iterator[Block]:
@@ -186,8 +191,20 @@ def base_environ() -> dict[str, str]:
     return env
 
 
+#: outputs already run in this process, by (environment, command line): the pages' tests and
+#: tests/test_regen.py's up-to-date check share them
+_OUTPUTS: dict[tuple[str | None, str], str] = {}
+
+
 def run(example: Example) -> str:
     """What the example's command prints in its environment, stdout and stderr together."""
+    key = (example.block.env, example.line)
+    if key not in _OUTPUTS:
+        _OUTPUTS[key] = _run(example)
+    return _OUTPUTS[key]
+
+
+def _run(example: Example) -> str:
     from slurmenv import dump
 
     spec = shlex.split(example.block.env or "")
@@ -261,7 +278,7 @@ def test_example_output_is_what_slurmenv_prints(example: Example) -> None:
     actual = run(example)
     assert comparable(actual, example) == comparable(example.expected, example), (
         f"{example.block.where}: the page shows an output slurmenv no longer prints; run "
-        "python tests/test_docs_examples.py --update and read the diff"
+        f"{REGENERATE} and read the diff"
     )
 
 
@@ -411,36 +428,28 @@ def test_readme_is_a_front_door() -> None:
 
 
 # -- regenerating ---------------------------------------------------------------------------
-def update() -> int:
-    """Rewrite every marked block's outputs with what slurmenv prints now."""
-    changed = 0
-    for page in pages():
-        lines = page.read_text(encoding="utf-8").splitlines()
-        for block in reversed(list(blocks(page))):
-            if block.env is None:
-                continue
-            body: list[str] = []
-            for example in examples(block):
-                actual = run(example)
-                same = comparable(actual, example) == comparable(example.expected, example)
-                text = example.expected if same else canonical(actual, example)
-                changed += not same
-                if body:
-                    body.append("")
-                body.append(PROMPT + example.line)
-                body.extend(text.splitlines())
-            body = [block.indent + line if line else line for line in body]
-            lines[block.line:block.end - 1] = body
-        page.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print(f"{changed} example outputs rewritten")
-    return 0
+def regenerated(page: pathlib.Path, text: str) -> str:
+    """``text`` (the page ``page``) with every marked block's outputs what slurmenv prints now;
+    an output that differs only where it is normalised is kept as written."""
+    lines = text.splitlines()
+    for block in reversed(list(blocks(page, text))):
+        if block.env is None:
+            continue
+        body: list[str] = []
+        for example in examples(block):
+            actual = run(example)
+            same = comparable(actual, example) == comparable(example.expected, example)
+            if body:
+                body.append("")
+            body.append(PROMPT + example.line)
+            body.extend((example.expected if same else canonical(actual, example)).splitlines())
+        body = [block.indent + line if line else line for line in body]
+        lines[block.line:block.end - 1] = body
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
-    if sys.argv[1:] != ["--update"]:
-        sys.exit("usage: python tests/test_docs_examples.py --update")
-    sys.exit(update())
+    sys.exit(f"the example outputs are rewritten with every generated page: {REGENERATE}")
 
 
 def test_every_test_the_launcher_table_names_exists() -> None:

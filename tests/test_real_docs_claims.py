@@ -46,14 +46,14 @@ def test_exec_fails_closed_when_slurmenv_is_missing(slurm_cluster: SlurmCluster)
 def test_taking_the_output_first_fails_closed(slurm_cluster: SlurmCluster) -> None:
     script = 'env=$(slurmenv export) && eval "$env" && exec echo ran'
     res = slurm_cluster.srun(STEP, ["sh", "-c", script], env=NO_SLURMENV)
-    assert res.returncode != 0
+    assert res.returncode == 127, res.stderr  # README: the missing command's status
     assert "ran" not in res.stdout
 
 
 # docs/torchrun.md: "slurmenv cannot ... see it (srun passes no variable for it to the tasks),
 # ... exporting SLURM_KILL_BAD_EXIT=1 in the batch script does the same for every srun of the
 # job". Why slurmenv doctor does not warn about a missing -K: a task cannot tell.
-FAIL_ONE = 'if [ "$SLURM_PROCID" = 1 ]; then exit 3; fi; sleep 120'
+FAIL_ONE = 'if [ "$SLURM_PROCID" = 1 ]; then exit 3; fi; sleep 40; echo SURVIVED'
 
 
 def test_kill_on_bad_exit_reaches_no_task(slurm_cluster: SlurmCluster) -> None:
@@ -71,11 +71,8 @@ def test_kill_on_bad_exit_reaches_no_task(slurm_cluster: SlurmCluster) -> None:
 def test_slurm_kill_bad_exit_in_the_environment_ends_the_step(
     slurm_cluster: SlurmCluster,
 ) -> None:
-    import time
-
-    start = time.monotonic()
     res = slurm_cluster.srun(STEP, ["sh", "-c", FAIL_ONE], env={"SLURM_KILL_BAD_EXIT": "1"},
                              timeout=100)
-    elapsed = time.monotonic() - start
     assert res.returncode != 0, res.stderr
-    assert elapsed < 60, f"{elapsed:.0f} s: the step was not ended\n{res.stderr}"
+    # the other task was killed before it finished its sleep
+    assert "SURVIVED" not in res.stdout, f"the step was not ended\n{res.stdout}\n{res.stderr}"

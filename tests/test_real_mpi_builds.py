@@ -163,7 +163,11 @@ def test_open_mpi_5_outside_slurm_on_one_machine_needs_a_port(slurm_cluster: Slu
 
 
 def test_the_builds_are_the_ones_named(slurm_cluster: SlurmCluster) -> None:
-    """The wheels really are Open MPI 5, Intel MPI and MPICH 5 (not Debian's 4.x)."""
+    """The wheels really are Open MPI 5, Intel MPI and MPICH 5 (not Debian's 4.x), and the
+    launcher each job runs is the version tests/versions.txt lists (the docs' proven one)."""
+    import test_versions
+
+    listed = {p.package: p.version for p in test_versions.PINS if p.kind == "wheel"}
     body = ("mpirun --version | head -1; mpiexec.hydra --version 2>&1 | head -3; "
             "echo; mpiexec --version | head -3\n")
     for build in mpi_builds.BUILDS:
@@ -175,6 +179,10 @@ def test_the_builds_are_the_ones_named(slurm_cluster: SlurmCluster) -> None:
         assert want[build] in text, f"{build}\n{explain(res)}"
         if build == "mpich5":
             assert "Version:                                 5." in text or " 5." in text, text
+        version = listed[mpi_builds.BUILDS[build][1]]
+        shown = {"openmpi5": f"(Open MPI) {version}\n", "impi": f", Version {version} ",
+                 "mpich5": f"Version:                                 {version}\n"}
+        assert shown[build] in text, f"{build}: not {version}\n{explain(res)}"
 
 
 if __name__ == "__main__":

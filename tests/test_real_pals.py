@@ -175,15 +175,43 @@ def test_pbs_nodefile_fallback(slurm_cluster: SlurmCluster) -> None:
     assert seen[0][0] == first
 
 
-def test_real_apinfo_fixtures_are_what_slurm_writes_today(slurm_cluster: SlurmCluster) -> None:
-    """tests/fixtures/pals/default.apinfo was recorded from this cluster's Slurm: a step of the
-    same shape writes the same bytes (but for nothing)."""
-    fixture = (Path(__file__).parent / "fixtures" / "pals" / "default.apinfo").read_bytes()
-    res = slurm_cluster.srun(
-        ["--mpi=cray_shasta", "-N4", "-n8"],
-        ["bash", "-c", 'if [ "$SLURM_PROCID" = 0 ]; then od -An -v -tx1 "$PALS_APINFO" | tr -d " \\n"; echo; fi'],
-        env=ENV, timeout=TIMEOUT,
-    )
+#: each fixture of tests/fixtures/pals/ and the srun that recorded it (its NAME.json "command"):
+#: args before the command, and args after it (a heterogeneous step's second component)
+FIXTURE_STEPS = {
+    "default": (["-N4", "-n8"], []),
+    "cyc6": (["-N4", "-n6", "-m", "cyclic"], []),
+    "plane": (["-N3", "-n7", "-m", "plane=2"], []),
+    "het": (["-w", "r2n10", "-N1", "-n1"], [":", "-w", "r1n09,r1n10", "-N2", "-n3"]),
+    "mp": (["-N2", "-n4", "--multi-prog"], []),
+}
+
+
+def test_every_apinfo_fixture_is_named() -> None:
+    recorded = {path.stem for path in (Path(__file__).parent / "fixtures" / "pals").glob("*.apinfo")}
+    assert recorded == set(FIXTURE_STEPS)
+
+
+@pytest.mark.parametrize("name", list(FIXTURE_STEPS))
+def test_real_apinfo_fixtures_are_what_slurm_writes_today(
+    slurm_cluster: SlurmCluster, name: str, tmp_path: Path
+) -> None:
+    """tests/fixtures/pals/NAME.apinfo was recorded from this cluster's Slurm: a step of the
+    same shape writes the same bytes, every one of them."""
+    fixture = (Path(__file__).parent / "fixtures" / "pals" / f"{name}.apinfo").read_bytes()
+    dump = tmp_path / "dump.sh"
+    dump.write_text('#!/bin/sh\nif [ "$SLURM_PROCID" = 0 ]; then '
+                    'od -An -v -tx1 "$PALS_APINFO" | tr -d " \\n"; echo; fi\n')
+    dump.chmod(0o755)
+    tmp_path.chmod(0o755)
+    before, after = FIXTURE_STEPS[name]
+    if name == "mp":  # --multi-prog FILE, with two lines as recorded ('0-1 CMD' then '* CMD')
+        programs = tmp_path / "multi.conf"
+        programs.write_text(f"0-1 {dump}\n* {dump}\n")
+        args, command = ["--mpi=cray_shasta", *before, str(programs)], []
+    else:
+        args = ["--mpi=cray_shasta", *before]
+        command = [str(dump), *after, *([str(dump)] if after else [])]
+    res = slurm_cluster.srun(args, command, env=ENV, timeout=TIMEOUT)
     assert res.returncode == 0, explain(res)
     written = bytes.fromhex("".join(res.per_task[0]))
-    assert written == fixture
+    assert written == fixture, name

@@ -418,7 +418,7 @@ def test_scontrol_writes_ranges_it_cannot_read(
     # ...that its own parser refuses (over 65,536 names in a range), with exit status 0
     read = subprocess.run([path, "show", "hostnames", text], env=env, capture_output=True,
                           text=True, timeout=60, check=False)
-    assert read.stdout == ""
+    assert read.returncode == 0 and read.stdout == ""
     assert "Too many hosts in range" in read.stderr
     # slurmenv reads what Slurm wrote
     assert nodes.expand(text, "SLURM_STEP_NODELIST") == HOSTS

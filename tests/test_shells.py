@@ -29,7 +29,10 @@ from slurmenv import render
 from slurmenv.errors import SlurmEnvError
 
 ROOT = Path(__file__).resolve().parent.parent
-DEBIAN_SHELLS = ("fish", "tcsh", "zsh")  # csh is tcsh on Debian (/etc/alternatives/csh)
+#: program -> the Debian package that installs it. Debian's ``csh`` package is BSD csh
+#: (``/bin/bsd-csh``), and the ``csh`` alternative prefers it to tcsh (priority 30 against 20):
+#: with both installed, as tests/run.sh does, ``csh`` runs BSD csh and ``tcsh`` runs tcsh.
+DEBIAN_SHELLS = {"fish": "fish", "tcsh": "tcsh", "zsh": "zsh", "bsd-csh": "csh"}
 
 #: The README's usage line for each shell, and the program that runs it (kept in sync with
 #: docs/shells.md by test_readme_shows_these_lines).
@@ -56,7 +59,7 @@ VALUES = st.text(
 
 
 def _install_missing_shells() -> None:
-    missing = [name for name in DEBIAN_SHELLS if shutil.which(name) is None]
+    missing = [pkg for name, pkg in DEBIAN_SHELLS.items() if shutil.which(name) is None]
     if missing and os.geteuid() == 0 and shutil.which("apt-get"):
         subprocess.run("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install "
                        f"-y -qq {' '.join(missing)}", shell=True, check=True)
@@ -67,7 +70,19 @@ _install_missing_shells()
 
 def test_shells_are_installed() -> None:
     missing = [p for p, _ in USAGE.values() if shutil.which(p) is None]
-    assert not missing, f"install them (Debian packages fish tcsh zsh): {missing}"
+    assert not missing, f"install them (Debian packages {' '.join(DEBIAN_SHELLS.values())}): {missing}"
+
+
+def test_csh_is_bsd_csh_and_tcsh_is_tcsh() -> None:
+    """The csh tests run BSD csh, as Debian's csh package installs it, and the tcsh tests tcsh
+    (when csh were tcsh, BSD csh's limits would go untested)."""
+    csh = os.path.realpath(shutil.which("csh") or "csh")
+    assert os.path.basename(csh) == "bsd-csh", (
+        f"csh is {csh}: install Debian's csh package (BSD csh), which the csh alternative "
+        "prefers to tcsh, or point the alternative at it: update-alternatives --auto csh")
+    version = subprocess.run(["tcsh", "--version"], capture_output=True, text=True, timeout=10,
+                             check=False)
+    assert version.stdout.startswith("tcsh "), version.stdout
 
 
 def interpreter(shell: str, interactive: bool = False) -> list[str]:
@@ -178,6 +193,84 @@ def test_csh_refuses_a_newline() -> None:
     assert err.value.variable == "MASTER_ADDR" and "--format json" in str(err.value.fix)
 
 
+# --- what each csh carries: BSD csh's line limit, tcsh's long values --------------------------
+
+def line_of(value: str, name: str = "TF_CONFIG") -> int:
+    """The length of ``value``'s setenv line, without its newline."""
+    return len(render.render_tcsh({name: value})) - 1
+
+
+def value_with_line(length: int, special: bool) -> str:
+    """A value whose setenv line is ``length`` characters: plain, or JSON-like (octal escapes)."""
+    value = '{"w":"' if special else ""
+    while line_of(value + "x") <= length:
+        value += "x"
+    assert line_of(value) == length, (length, special)
+    return value
+
+
+@pytest.mark.parametrize("special", [False, True], ids=["plain", "escaped"])
+@pytest.mark.parametrize("form", [USAGE["csh"][1], EXTRA_FORMS["csh"]])
+def test_bsd_csh_reads_back_a_line_at_the_limit(form: str, special: bool, tmp_path: Path) -> None:
+    at_limit = value_with_line(render.CSH_LINE_MAX, special)
+    round_trip("csh", form, {"TF_CONFIG": at_limit, "OMP_NUM_THREADS": "2"}, tmp_path)
+
+
+@pytest.mark.parametrize("special", [False, True], ids=["plain", "escaped"])
+def test_the_csh_limit_is_bsd_cshs_own(special: bool, tmp_path: Path) -> None:
+    """A line one character over render.CSH_LINE_MAX, rendered for tcsh, makes BSD csh fail
+    with 'Word too long' in the quoted form (where the whole line is one word; the unquoted
+    form takes a few more), and --shell csh refuses it instead."""
+    over = value_with_line(render.CSH_LINE_MAX, special) + "x"
+    assert line_of(over) == render.CSH_LINE_MAX + 1
+    (tmp_path / "out").write_text(render.render_tcsh({"TF_CONFIG": over}), encoding="utf-8")
+    proc = run([*interpreter("csh"), "-c", f"{with_file(EXTRA_FORMS['csh'], 'out')}; echo NEXT"],
+               base_env(tmp_path), tmp_path)
+    assert b"Word too long" in proc.stderr and b"NEXT" not in proc.stdout, proc.stderr
+    with pytest.raises(SlurmEnvError) as info:
+        render.render({"TF_CONFIG": over}, "csh")
+    assert info.value.variable == "TF_CONFIG"
+    assert "--shell tcsh" in str(info.value.fix) and "--for torch" in str(info.value.fix)
+
+
+def test_the_pages_state_the_code_limit() -> None:
+    for page in ("docs/shells.md", "docs/fail-closed.md"):
+        text = (ROOT / page).read_text(encoding="utf-8")
+        assert f"{render.CSH_LINE_MAX:,} characters" in text, page
+        assert "csh is tcsh" not in text.replace("if your `csh` is tcsh", ""), page
+
+
+def test_csh_refusal_stops_the_script_and_names_the_variable(tmp_path: Path) -> None:
+    """The documented csh line, given a TF_CONFIG BSD csh cannot carry: a clear refusal naming
+    TF_CONFIG, and the script stops; --for torch leaves TF_CONFIG out and works."""
+    config = {"cluster": {"worker": [f"n{i}:1" for i in range(400)]},
+              "task": {"type": "worker", "index": 0}}
+    env = base_env(tmp_path, {**preset("n0"), "TF_CONFIG": json.dumps(config)})
+    proc = run([*interpreter("csh"), "-c", f"{USAGE['csh'][1]}; echo NEXT-COMMAND-RAN"], env,
+               tmp_path)
+    assert b"NEXT-COMMAND-RAN" not in proc.stdout and proc.returncode != 0
+    assert b"variable: TF_CONFIG=" in proc.stderr and b"--shell tcsh" in proc.stderr
+    torch_only = USAGE["csh"][1].replace("--shell csh", "--shell csh --for torch")
+    proc = run([*interpreter("csh"), "-c", f"{torch_only}; printenv RANK"], env, tmp_path)
+    assert proc.returncode == 0 and proc.stdout == b"0\n", proc.stderr
+
+
+@pytest.mark.parametrize("form", [USAGE["tcsh"][1], EXTRA_FORMS["csh"].replace("csh", "tcsh")])
+def test_tcsh_carries_a_tf_config_near_the_limit(form: str, tmp_path: Path) -> None:
+    """tcsh has no word limit; a value is made by several printf calls, none of whose
+    argument reaches Linux's 128 KiB limit for one argument (one printf of a 120 KB TF_CONFIG
+    failed with 'Argument list too long', and the backquote gave an empty TF_CONFIG with exit
+    status 0)."""
+    workers = [f"r{i}n09:12002" for i in range(7000)]
+    config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": 0}},
+                        separators=(",", ":"))
+    assert 100_000 < len(config) < 128 * 1024
+    word = render.csh_quote(config)
+    assert word.count("`printf ") > 1
+    assert all(len(arg) <= render.PRINTF_ARG_MAX for arg in re.findall(r"printf '([^']*)'", word))
+    round_trip("tcsh", form, {"TF_CONFIG": config, "B": "-1%"}, tmp_path)
+
+
 @given(st.dictionaries(st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}", fullmatch=True), VALUES))
 @settings(max_examples=300)
 def test_json_round_trip(values: dict[str, str]) -> None:
@@ -237,7 +330,7 @@ def test_failure_stops_a_script_before_its_next_command(shell: str, tmp_path: Pa
     script.write_text(f"{USAGE[shell][1]}\necho NEXT-COMMAND-RAN\n")
     proc = run([*interpreter(shell), str(script)], batch_env(tmp_path), tmp_path)
     assert b"NEXT-COMMAND-RAN" not in proc.stdout
-    assert proc.returncode != 0
+    assert proc.returncode == 1  # docs/shells.md: the script exits with status 1
     assert b"slurmenv: error: inside Slurm job" in proc.stderr
 
 

@@ -78,8 +78,8 @@ CLAIMS = (
     {
         "name": "Intel MPI (Hydra)", "started_by": "Intel MPI `mpiexec.hydra`",
         "signal": "`MPI_LOCALRANKID`", "status": "proven on the real cluster",
-        "version": "2021.19 (PyPI `impi-rt`)",
-        "what": "Intel MPI 2021.19, torch all_reduce over 3 nodes",
+        "version": "2021.18.1 (PyPI `impi-rt`)",
+        "what": "Intel MPI 2021.18.1, torch all_reduce over 3 nodes",
         "tests": (
             ("tests/test_real_mpi_builds.py::test_torch_all_reduce_under_every_build[impi] "
              "(`-ppn 2`, uneven `-n 5 -ppn 2`, `-rr`)"),
