@@ -195,6 +195,7 @@ class Outcome:
         self.seconds = 0.0
         self.listen_error: str | None = None
         self.ports: list[int] = []
+        self.most_kept = 0  # the most connections held at once (at most WORLD_SIZE)
 
 
 def _listen(port: int) -> socket.socket:
@@ -209,12 +210,13 @@ def _listen(port: int) -> socket.socket:
 
 
 def serve(
-    ports: Sequence[int], world_size: int, timeout: float, own: Mapping[str, Any],
-    verdict: Any = None,
+    ports: Sequence[int], world_size: int, timeout: float,
+    handshake: float = HANDSHAKE_SECONDS,
 ) -> tuple[Outcome, list[socket.socket]]:
     """Rank 0: accept the other tasks on ``ports`` (the first must be bindable) until every
-    rank 1..N-1 arrived, as many tasks as the step has arrived, or ``timeout`` seconds passed.
-    Returns the outcome and the listeners (closed by :func:`finish`)."""
+    rank 1..N-1 arrived, as many tasks as the step has arrived, or ``timeout`` seconds passed;
+    a connection gets ``handshake`` seconds to say who it is. Returns the outcome and the
+    listeners (closed by :func:`finish`)."""
     import selectors
 
     outcome = Outcome()
@@ -227,7 +229,8 @@ def serve(
             outcome.ports.append(port)
         except OSError as exc:
             if i == 0:
-                outcome.listen_error = f"cannot listen on port {port}: {exc.strerror or exc}"
+                why = os.strerror(exc.errno) if exc.errno else str(exc)
+                outcome.listen_error = f"cannot listen on port {port}: {why}"
                 outcome.seconds = time.monotonic() - start
                 return outcome, listeners
     sel = selectors.DefaultSelector()
@@ -263,9 +266,11 @@ def serve(
                     except OSError:
                         continue
                     conn.setblocking(False)
-                    pending[conn] = (bytearray(), time.monotonic() + HANDSHAKE_SECONDS,
+                    pending[conn] = (bytearray(), time.monotonic() + handshake,
                                      _peer_text(peer))
                     sel.register(conn, selectors.EVENT_READ, "conn")
+                    outcome.most_kept = max(outcome.most_kept,
+                                            len(pending) + len(outcome.arrivals))
                     continue
                 buffer, _, peer = pending[sock]
                 try:
@@ -295,7 +300,7 @@ def serve(
             for sock, (_, until, peer) in list(pending.items()):
                 if now >= until:
                     _refuse(outcome, sel, pending, sock, peer,
-                            f"said nothing valid within {HANDSHAKE_SECONDS:g} s")
+                            f"said nothing valid within {handshake:g} s")
     finally:
         for sock in list(pending):
             sock.close()
@@ -624,7 +629,7 @@ def run(
         ok, line = join(res.master_addr, ports, own, timeout)
         return ok, [f"slurmenv step check: {line}"
                     if not line.startswith("slurmenv") else line]
-    outcome, listeners = serve(ports, res.world_size, timeout, own)
+    outcome, listeners = serve(ports, res.world_size, timeout)
     ok, lines = report(res, own, outcome)
     verdicts: dict[int, str] = {}
     short = lines[0].replace("slurmenv step check: ", "").split(";")[0]
