@@ -440,8 +440,10 @@ def report(res: Resolution, own: Mapping[str, Any], outcome: Outcome) -> tuple[b
             on = f" (expected on {node})" if node else ""
             problems.append(f"{_plural(len(ranks), 'rank')} {_ranks_text(ranks)}{on} never "
                             f"connected to {where}")
-    # each arrival against rank 0's own values
-    disagree: dict[tuple[str, str], list[tuple[int, str, str]]] = {}
+    # each arrival against rank 0's own values; the step only within a Slurm step (under
+    # mpirun in a batch script rank 0 runs in the batch step, the others in orted's step)
+    slurm_step = str(own.get("launcher", "")).startswith("slurm")
+    disagree: dict[tuple[str, str, str], list[tuple[int, str, str]]] = {}
     for rank, claims in sorted(by_rank.items()):
         for arrival in claims:
             facts = arrival.facts
@@ -452,20 +454,25 @@ def report(res: Resolution, own: Mapping[str, Any], outcome: Outcome) -> tuple[b
                 problems.append(f"rank {rank} runs on {node}, but the step's layout puts it "
                                 f"on {exp}")
             for key, label, source in AGREE:
-                if key not in facts:
+                if key not in facts or (key == "step" and not slurm_step):
                     continue
                 mine, theirs = own.get(key), facts.get(key)
-                if mine == theirs:
-                    continue
+                if mine == theirs or (key == "tf_digest" and
+                                      own.get("master_port") != facts.get("master_port")):
+                    continue  # TensorFlow's ports follow MASTER_PORT: said once
                 bad.add(rank)
                 sources = facts.get("sources")
                 src = sources.get(source, "") if source and isinstance(sources, dict) else ""
-                disagree.setdefault((label, _value_text(key, theirs)), []).append(
-                    (rank, node, str(src)))
+                if isinstance(mine, dict) and isinstance(theirs, dict):  # the options:
+                    names = sorted({*mine, *theirs}, key=str)  # only those that differ
+                    mine = {k: mine.get(k) for k in names if mine.get(k) != theirs.get(k)}
+                    theirs = {k: theirs.get(k) for k in mine}
+                disagree.setdefault(
+                    (label, _value_text(key, theirs), _value_text(key, mine)), []
+                ).append((rank, node, str(src)))
     labels = {label: (key, source) for key, label, source in AGREE}
-    for (label, value), who in disagree.items():
-        key, source = labels[label]
-        mine = _value_text(key, own.get(key))
+    for (label, value, mine), who in disagree.items():
+        _, source = labels[label]
         my_src = own["sources"].get(source, "") if source else ""
         nodes = sorted({entry[1] for entry in who})
         src = who[0][2]

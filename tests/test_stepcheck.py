@@ -119,9 +119,7 @@ def test_a_node_with_another_port_is_named_with_both_values_and_their_sources() 
         f"  2 ranks 2-3 on n2 disagree on MASTER_PORT: {other} ({given}); rank 0 has {port} "
         f"({given})"
     )
-    # TensorFlow's ports follow MASTER_PORT: the worker lists differ too
-    assert lines[2].startswith("  2 ranks 2-3 on n2 disagree on TF_CONFIG workers: ")
-    assert len(lines) == 3
+    assert len(lines) == 2  # TensorFlow's ports follow MASTER_PORT: not said twice
     assert not results[2][0] and not results[3][0]
     assert results[1][0] is False  # every task learns the step is not sound
 
@@ -396,3 +394,14 @@ def test_the_facts_are_json_of_what_the_resolution_says() -> None:
         (3, 4, "n2", 20000)
     assert facts["options"] == {"threads": "True"}  # the port is compared as MASTER_PORT
     assert facts["sources"]["MASTER_PORT"] == res.sources["MASTER_PORT"]
+
+
+def test_a_node_with_another_tensorflow_layout_is_named() -> None:
+    port = free_port()
+    env = {"SLURMENV_TF_CHIEF": "1"}  # set on n2 only: its tasks build another TF_CONFIG
+    results = check_step(step([1, 1], port, r1=env), timeout=5)
+    ok, lines = results[0]
+    assert not ok
+    assert lines[1].startswith("  1 rank 1 on n2 disagree on TF_CONFIG workers: ")
+    assert lines[2] == "  1 rank 1 on n2 disagree on options: tf_chief=True; rank 0 has " \
+        "tf_chief=False"
