@@ -424,7 +424,7 @@ def report(res: Resolution, own: Mapping[str, Any], outcome: Outcome) -> tuple[b
         count = len(claims) + (rank == 0)
         if count > 1:
             bad.add(rank)
-            holders = [f"{a.facts.get('node', '?')} ({a.address})" for a in claims]
+            holders = [f"{a.facts.get('node', '?')} ({_from_text(a)})" for a in claims]
             if rank == 0:
                 holders.insert(0, f"{own['node']} (rank 0 itself)")
             problems.append(f"rank {rank} started {count} times: by " + ", ".join(holders)
@@ -499,6 +499,15 @@ def report(res: Resolution, own: Mapping[str, Any], outcome: Outcome) -> tuple[b
     return ok, [printable(line) for line in lines]
 
 
+def _from_text(arrival: Arrival) -> str:
+    """The address a task came from: as rank 0 saw it, and as the task said if it differs
+    (a NAT, a proxy in between)."""
+    via = arrival.facts.get("via")
+    if not isinstance(via, str) or via == arrival.address:
+        return arrival.address
+    return f"{via[:64]}, seen as {arrival.address}"
+
+
 def _expected_text(node: str | None) -> str:
     return f" (the step's layout puts it on {node})" if node else ""
 
@@ -538,7 +547,6 @@ def join(
     ``facts``, wait for the verdict. Returns (ok, the line to print)."""
     start = time.monotonic()
     deadline = start + timeout
-    message = encode(facts)
     errors: dict[int, str] = {}
     delay = 0.05
     attempt = 0
@@ -555,6 +563,8 @@ def join(
                 delay = min(delay * 2, 0.5)
             continue
         try:
+            # the address this task left from, as rank 0 should see it (a NAT would not)
+            message = encode({**facts, "via": _peer_text(sock.getsockname())})
             return _talk(sock, message, start + timeout + VERDICT_GRACE, addr, port)
         finally:
             sock.close()

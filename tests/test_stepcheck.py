@@ -405,3 +405,19 @@ def test_a_node_with_another_tensorflow_layout_is_named() -> None:
     assert lines[1].startswith("  1 rank 1 on n2 disagree on TF_CONFIG workers: ")
     assert lines[2] == "  1 rank 1 on n2 disagree on options: tf_chief=True; rank 0 has " \
         "tf_chief=False"
+
+
+def test_a_duplicate_names_where_each_task_came_from() -> None:
+    env = step([1, 2], 20000)[0]
+    res = resolve(env, ephemeral_range=None, rivals=None)
+    own = stepcheck.facts_of(res, {})
+    outcome = stepcheck.Outcome()
+    with socket.socket() as a, socket.socket() as b:
+        for sock, via, seen in ((a, "127.0.0.1", "127.0.0.1"), (b, "10.0.0.5", "192.0.2.1")):
+            facts = {**stepcheck.facts_of(res, {}), "rank": 1, "node": "n2", "via": via}
+            outcome.arrivals.append(stepcheck.Arrival(sock, seen, facts, 0.1))
+        ok, lines = stepcheck.report(res, own, outcome)
+    assert not ok
+    assert lines[1] == "  rank 1 started 2 times: by n2 (127.0.0.1), n2 (10.0.0.5, seen as " \
+        "192.0.2.1) (the step's layout puts it on n2)"
+    assert lines[2] == "  1 rank 2 (expected on n2) never connected to 127.0.0.1:20000"
