@@ -560,7 +560,7 @@ def join(
             errors[port] = _why(exc)
             if attempt % len(ports) == 0:
                 time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
-                delay = min(delay * 2, 0.5)
+                delay = min(delay * 2, 0.25)
             continue
         try:
             # the address this task left from, as rank 0 should see it (a NAT would not)
@@ -613,7 +613,10 @@ def _talk(sock: socket.socket, message: bytes, until: float, addr: str,
 def baseline_port(environ: Mapping[str, str], given: Mapping[str, Any]) -> int | None:
     """The port the step would use without a port override (``SLURMENV_PORT``, ``--port``,
     an inherited ``MASTER_PORT``), None when that does not resolve."""
-    env = {k: v for k, v in environ.items() if k not in ("SLURMENV_PORT", "MASTER_PORT")}
+    overrides = ("SLURMENV_PORT", "MASTER_PORT")
+    if given.get("port") is None and not any(environ.get(name) for name in overrides):
+        return None  # no override here: the step's port is this task's (no second resolve)
+    env = {k: v for k, v in environ.items() if k not in overrides}
     opts = {k: v for k, v in given.items() if k != "port"}
     try:
         return resolve(env, ephemeral_range=None, rivals=None, **opts).master_port
