@@ -32,6 +32,23 @@ def show(name: str, text: str) -> None:
         print(f"\n=== {name}\n{text}", file=sys.stderr)
 
 
+DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs" / "debugging.md"
+
+
+def normal(lines: list[str]) -> list[str]:
+    """Lines with what changes from run to run blanked: Slurm's reserved ports, seconds."""
+    return [re.sub(r"\b12\d\d\d\b", "PORT", re.sub(r" in \d+\.\d s", " in T s", line))
+            for line in lines]
+
+
+def documented(name: str, lines: list[str]) -> None:
+    """docs/debugging.md's report ``name`` is what this run printed (ports and seconds aside)."""
+    text = DOCS.read_text(encoding="utf-8").splitlines()
+    start = text.index(f"<!-- step check report: {name} -->") + 2
+    end = text.index("```", start)
+    assert normal(text[start:end]) == normal(lines), f"docs/debugging.md, report {name}"
+
+
 def step_check(cluster: SlurmCluster, args: list[str], before: str = "",
                timeout: int = TIMEOUT) -> SrunResult:
     """Every task: ``before``, then ``doctor --step``, then ``rc=STATUS``."""
@@ -75,6 +92,8 @@ def test_a_healthy_step_passes_in_every_task(slurm_cluster: SlurmCluster, layout
         assert res.per_task[rank] == [
             f"slurmenv step check: rank {rank}: ok ({head.split(': ', 1)[1]})", "rc=0"]
     assert seconds(head) < TIMEOUT / 2  # ended when the last rank arrived, not at the timeout
+    if layout == "block-4x2":
+        documented(layout, [head, res.per_task[5][0]])
 
 
 TORCH = """import os, torch, torch.distributed as dist
@@ -116,6 +135,7 @@ def test_a_node_with_another_port_is_named(slurm_cluster: SlurmCluster) -> None:
         "SLURMENV_PORT); TensorFlow ports follow it); rank 0 has "
         f"{port} (SLURM_STEP_RESV_PORTS={port}-{port + 2} (reserved by Slurm))")
     assert report[2:] == ["rc=1"]
+    documented("port", report[:2])
     for rank in (1, 2, 3):
         line, rc = res.per_task[rank]
         assert line.startswith(f"slurmenv step check: rank {rank}: the step is not sound (4 of 4")
@@ -149,6 +169,7 @@ def test_a_node_whose_packets_are_dropped_is_named(slurm_cluster: SlurmCluster) 
                         "out (packets dropped on the way?))")
         assert rc == "rc=1"
     assert res.per_task[1][-1] == "rc=1"  # rank 1 reached rank 0, and learnt it is not sound
+    documented("dropped", [*report[:2], res.per_task[2][0]])
 
 
 def test_a_task_that_exits_before_the_check_is_named(slurm_cluster: SlurmCluster) -> None:
@@ -165,6 +186,7 @@ def test_a_task_that_exits_before_the_check_is_named(slurm_cluster: SlurmCluster
     assert report[1:] == [f"  1 rank 3 (expected on r1n10) never connected to r1n09:{port}",
                           "rc=1"]
     assert 3 not in res.per_task
+    documented("exited", report[:2])
     assert [res.per_task[r][-1] for r in (1, 2)] == ["rc=1", "rc=1"]
 
 
@@ -184,6 +206,7 @@ def test_a_rank_started_twice_is_named(slurm_cluster: SlurmCluster) -> None:
         f"  1 rank 3 (expected on r1n10) never connected to r1n09:{port}",
         "rc=1"]
     assert seconds(report[0]) < TIMEOUT / 2  # every task had come: no wait for rank 3
+    documented("twice", report[:3])
     line, rc = res.per_task[3]  # srun's task 3, which said it was rank 2
     assert line.startswith("slurmenv step check: rank 2: the step is not sound (3 of 4 ranks")
     assert rc == "rc=1"
@@ -218,3 +241,23 @@ def test_the_check_runs_under_mpi_launchers(slurm_cluster: SlurmCluster, launche
                         "all agree", head), explain(res)
     assert sorted(line.split(":")[1] for line in lines if ": ok (" in line) == \
         [f" rank {r}" for r in range(1, 5)], explain(res)
+
+
+def test_the_check_runs_under_pals(slurm_cluster: SlurmCluster) -> None:
+    # Slurm's cray_shasta plugin emulates PALS; with every SLURM* variable hidden the tasks
+    # resolve as launcher pals (tests/test_real_pals.py), and the check runs from that
+    from test_real_pals import HIDE_SLURM
+
+    launcher = "import json, sys; print('launcher=' + json.load(sys.stdin)['launcher'])"
+    script = (f"{HIDE_SLURM} {SE} show --json | {sys.executable} -c \"{launcher}\"; "
+              f"{HIDE_SLURM} {SE} doctor --step --step-timeout {TIMEOUT}; echo rc=$?")
+    res = slurm_cluster.srun(["--mpi=cray_shasta", "-N4", "-n8"], ["bash", "-c", script],
+                             timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    head = res.per_task[0][1]
+    show("pals", head)
+    assert re.fullmatch(r"slurmenv step check: 8 of 8 ranks reached r1n09:\d+ in \d+\.\d s, "
+                        "all agree", head), res.stdout
+    for rank in range(8):
+        assert res.per_task[rank][0] == "launcher=pals", res.per_task[rank]
+        assert res.per_task[rank][-1] == "rc=0", res.per_task[rank]
