@@ -429,6 +429,12 @@ def report(res: Resolution, own: Mapping[str, Any], outcome: Outcome) -> tuple[b
                 holders.insert(0, f"{own['node']} (rank 0 itself)")
             problems.append(f"rank {rank} started {count} times: by " + ", ".join(holders)
                             + _expected_text(expected(rank)))
+    # ranks that are not ranks of this step (a task of a larger world, a forged message)
+    outside = sorted(r for r in by_rank if r >= world)
+    if outside:
+        bad.update(outside)
+        problems.append(f"{_plural(len(outside), 'task')} claimed rank "
+                        f"{_ranks_text(outside[:50])}, not a rank of this step of {world}")
     # ranks that never arrived
     missing = [r for r in range(1, world) if r not in by_rank]
     if missing:

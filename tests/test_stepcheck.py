@@ -421,3 +421,18 @@ def test_a_duplicate_names_where_each_task_came_from() -> None:
     assert lines[1] == "  rank 1 started 2 times: by n2 (127.0.0.1), n2 (10.0.0.5, seen as " \
         "192.0.2.1) (the step's layout puts it on n2)"
     assert lines[2] == "  1 rank 2 (expected on n2) never connected to 127.0.0.1:20000"
+
+
+def test_a_rank_outside_the_step_is_named() -> None:
+    env = step([1, 2], 20000)[0]
+    res = resolve(env, ephemeral_range=None, rivals=None)
+    own = stepcheck.facts_of(res, {})
+    outcome = stepcheck.Outcome()
+    with socket.socket() as a, socket.socket() as b:
+        for sock, rank in ((a, 1), (b, 7)):  # all it says agrees with rank 0 but its rank
+            facts = {**own, "rank": rank, "node": "n2"}
+            outcome.arrivals.append(stepcheck.Arrival(sock, "127.0.0.1", facts, 0.1))
+        ok, lines = stepcheck.report(res, own, outcome)
+    assert not ok
+    assert lines[1:] == ["  1 task claimed rank 7, not a rank of this step of 3",
+                         "  1 rank 2 (expected on n2) never connected to 127.0.0.1:20000"]
