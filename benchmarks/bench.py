@@ -23,6 +23,8 @@ benchmarks gives the context. The parts:
 * ``startup.py``: whole processes, and where ``slurmenv export``'s time goes;
 * ``scale.py``: ``resolve()`` and TF_CONFIG in process up to 100,000 tasks, peak memory;
 * ``rival_look.py``: rank 0 of an ``mpirun`` looking for rival launches;
+* ``step_check.py``: ``srun slurmenv exec --preflight`` against the number of ranks, on the tests'
+  real Slurm cluster (short run: a tiny step on loopback);
 * ``page.py``: docs/performance.md.
 """
 
@@ -42,6 +44,7 @@ import page
 import rival_look
 import scale
 import startup
+import step_check
 from harness import CPU, FAULTS, met, ms, table, times_x
 from install import FreshVenv, Setup, VenvProblem
 
@@ -183,6 +186,12 @@ def report(short: bool, tmp: Path, rounds: int) -> None:
     print(table(["processes on the node", "resolve() without looking", "resolve()",
                  "the look", "per process"], rows))
     for note in rival_notes:
+        print(f"\n{note}")
+
+    rows, step_notes = step_check.run(short)
+    print("\n## The step check against the number of ranks (`srun slurmenv exec --preflight`)\n")
+    print(table(step_check.HEADER, rows))
+    for note in step_notes:
         print(f"\n{note}")
 
     if not short:

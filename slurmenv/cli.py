@@ -29,12 +29,22 @@ SHELL: Arg = ("--shell", {"dest": "shell", "default": None, "choices": SHELLS,
                           "help": "shell syntax (default sh)"})
 FORMAT: Arg = ("--format", {"dest": "format", "default": None, "choices": FORMATS,
                             "help": "data format"})
+#: exec's own options: the step check before the command (slurmenv.stepcheck, loaded only then).
+PREFLIGHT: Arg = ("--preflight", {
+    "dest": "preflight", "default": False, "action": "store_true",
+    "help": "first check the whole step (every task runs it: srun slurmenv exec --preflight "
+    "-- CMD): the command starts in no task unless every rank reaches rank 0 and all agree "
+    "(slurmenv doctor --step)"})
+STEP_TIMEOUT: Arg = ("--step-timeout", {
+    "dest": "step_timeout", "default": None, "metavar": "SECONDS",
+    "help": "how long --preflight waits for the other tasks (SLURMENV_STEP_TIMEOUT, "
+    "default 30)"})
 FAST_COMMANDS = ("export", "exec")  # parsed by _fast_args without argparse when they can be
 
 
 def command_args(command: str) -> list[Arg]:
     """The options of ``export`` or ``exec``, as argparse gets them and _fast_args reads them."""
-    own = [SHELL, FORMAT] if command == "export" else []
+    own = [SHELL, FORMAT] if command == "export" else [PREFLIGHT, STEP_TIMEOUT]
     return [*own, *options.arguments(), options.FOR]
 
 
@@ -61,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_resolution_options(export)
 
     exec_ = sub.add_parser("exec", help="resolve, set the variables, and exec a command")
+    options.add_arguments(exec_, [PREFLIGHT, STEP_TIMEOUT])
     add_resolution_options(exec_)
     exec_.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")
 
@@ -103,12 +114,23 @@ def cmd_exec(args: argparse.Namespace) -> int:
         from .commandline import usage_error
 
         usage_error("exec needs a command: slurmenv exec -- python train.py")
+    given = options.given_in(args)
     try:
-        values = resolve(**options.given_in(args)).env(options.outputs(os.environ, args.for_))
+        res = resolve(**given)
+        values = res.env(options.outputs(os.environ, args.for_))
+        if args.preflight:
+            from . import stepcheck
+
+            seconds = stepcheck.timeout_from(os.environ, args.step_timeout)
     except SlurmEnvError as exc:
         from .commandline import print_error
 
         print_error(exc)
+        return 1
+    if args.preflight and stepcheck.main_for(res, given, seconds, sys.stderr) != 0:
+        from .commandline import say
+
+        say(f"slurmenv: the step check failed: {argv[0]!r} was not started\n")
         return 1
     os.environ.update(values)
     try:

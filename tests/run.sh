@@ -14,9 +14,10 @@ PY=${PYTHON:-python3}
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   missing=""
   # slurm-wlm-torque: generate_pbs_nodefile writes a real PBS_NODEFILE (test_real_pals.py);
-  # csh: BSD csh, which then runs as csh (the alternative prefers it to tcsh: test_shells.py)
+  # csh: BSD csh, which then runs as csh (the alternative prefers it to tcsh: test_shells.py);
+  # nftables: drop one node's packets to rank 0 in its network namespace (test_real_stepcheck.py)
   for pkg in slurmctld slurmd slurm-client slurm-wlm-torque iproute2 fish csh tcsh zsh shellcheck openmpi-bin mpich \
-      bash-completion charliecloud-runtime; do
+      bash-completion charliecloud-runtime nftables; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
   done
   if [ -n "$missing" ]; then

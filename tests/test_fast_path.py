@@ -89,6 +89,7 @@ VOCABULARY = [
     "--addr-template", "{host}-ib", "--resolve-addr", "--tf-chief", "--bind-gpus",
     "--no-bind-gpus", "--threads", "--no-threads", "--", "python", "-c", "-h", "--fo", "x=1",
     "--port=1", "--shell=zsh", "--format=xml", "", "--master-addr", "n1", "--master-addr=",
+    "--preflight", "--step-timeout", "5", "--step-timeout=2", "--preflight=1",
 ]  # fmt: skip
 
 

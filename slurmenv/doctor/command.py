@@ -50,6 +50,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                         help="colour the verdicts (auto: only on a terminal)")
+    parser.add_argument(
+        "--step", action="store_true",
+        help="check the whole step instead of this task: run in every task (srun slurmenv "
+        "doctor --step); rank 0 listens on MASTER_PORT, every task reaches it and says what it "
+        "resolved; rank 0 reports missing, duplicate and disagreeing ranks. Exit status 1 in "
+        "every task when the step is not sound",
+    )
+    parser.add_argument(
+        "--step-timeout", metavar="SECONDS", default=None,
+        help="how long the step check waits for the other tasks (SLURMENV_STEP_TIMEOUT, "
+        "default 30)",
+    )
     add_resolution_options(parser)
     return parser
 
@@ -79,6 +91,22 @@ def replay(
         )
 
 
+def step(options: Mapping[str, Any], timeout: str | None, from_file: str | None) -> int:
+    """``doctor --step``: the step check (slurmenv.stepcheck) in this task."""
+    from .. import resolve, stepcheck
+    from ..commandline import print_error, usage_error
+
+    if from_file:
+        usage_error("--step checks a running step: it cannot replay a dump (--from)")
+    try:
+        seconds = stepcheck.timeout_from(os.environ, timeout)
+        res = resolve(**options)
+    except SlurmEnvError as exc:
+        print_error(exc)
+        return 1
+    return stepcheck.main_for(res, options, seconds)
+
+
 def main(argv: Sequence[str]) -> int:
     """``slurmenv doctor``; returns 1 when any check gives an error, else 0."""
     from .. import ports
@@ -87,6 +115,8 @@ def main(argv: Sequence[str]) -> int:
 
     args = build_parser().parse_args(argv)
     options = options_from_args(args)
+    if args.step:
+        return step(options, args.step_timeout, args.from_file)
     if args.from_file:
         try:
             loaded = load(args.from_file)
