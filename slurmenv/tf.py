@@ -71,16 +71,25 @@ def cluster_resolver(
     *,
     environ: Mapping[str, str] | None = None,
     rpc_layer: str = "grpc",
+    jobs: Mapping[str, int] | str | None = None,
 ) -> Any:
     """A ``tf.distribute.cluster_resolver`` for this task of the step.
 
     It is a ``TFConfigClusterResolver`` subclass whose cluster spec, task type and task index
     come from ``resolution.tf_config`` (``slurmenv.resolve(environ)`` unless given), never from
     the ``TF_CONFIG`` variable. ``SLURMENV_TF_CHIEF=1`` (or ``resolve(tf_chief=True)``) makes
-    rank 0 the chief. Raises :class:`slurmenv.SlurmEnvError` when the step cannot be resolved.
+    rank 0 the chief. ``jobs`` (``{"chief": 1, "ps": 2, "worker": 4}`` as TensorFlow's
+    ``SlurmClusterResolver`` takes it, or ``"chief=1,ps=2,worker=4"``; also
+    ``SLURMENV_TF_JOBS``) gives the ranks TensorFlow job roles, in slices in the order
+    chief, evaluator, ps, worker. Raises :class:`slurmenv.SlurmEnvError` when the step cannot
+    be resolved or the jobs do not fit it.
     """
     from . import resolve
 
-    res = resolution if resolution is not None else resolve(environ)
+    if jobs is not None and resolution is not None:
+        raise TypeError("give jobs to slurmenv.resolve(tf_jobs=...), not with a resolution")
+    if jobs is not None and not isinstance(jobs, str):
+        jobs = ",".join(f"{name}={count}" for name, count in dict(jobs).items())
+    res = resolution if resolution is not None else resolve(environ, tf_jobs=jobs)
     config = res.tf_config
     return _resolver_class()(config, rpc_layer=rpc_layer)
