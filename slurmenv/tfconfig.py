@@ -112,7 +112,7 @@ def roles(world_size: int, chief: bool = False, jobs: str | None = None) -> list
             f"the TensorFlow jobs add up to {total} tasks, but the step has {world_size}",
             variable=JOBS_VARIABLE, value=jobs,
             fix=f"make the counts add up to the step's {world_size} tasks{hint}, or start "
-            f"{total} tasks (srun -n {total})",
+            f"{total} task{'s' if total != 1 else ''} (srun -n {total})",
         )
     return [(name, index) for name, count in parsed for index in range(count)]
 
