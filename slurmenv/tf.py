@@ -55,9 +55,11 @@ def _resolver_class() -> Any:
                 jobs = spec.jobs
                 if not jobs or (len(jobs) == 1 and len(spec.job_tasks(jobs[0])) == 1):
                     return ""
+                task_type = self.task_type if task_type is None else task_type
+                if task_type not in jobs:  # the evaluator: no server, not in the cluster
+                    return ""
                 address = spec.task_address(
-                    self.task_type if task_type is None else task_type,
-                    self.task_id if task_id is None else task_id,
+                    task_type, self.task_id if task_id is None else task_id
                 )
                 layer = self.rpc_layer if rpc_layer is None else rpc_layer
                 return f"{layer}://{address}" if layer else str(address)

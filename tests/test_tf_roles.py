@@ -203,6 +203,7 @@ def test_cluster_resolver_takes_tensorflows_jobs_dict(tf: Any) -> None:
     assert [(r.task_type, r.task_id) for r in (chief, evaluator, ps, worker)] == [
         ("chief", 0), ("evaluator", 0), ("ps", 0), ("worker", 0)]
     assert ps.master() == "grpc://" + spec["ps"][0] and spec["ps"][0].startswith("a:")
+    assert evaluator.master() == ""  # not in the cluster: no server to name
     with pytest.raises(TypeError):
         slurmenv.tf.cluster_resolver(resolve(envs[0]), jobs=jobs)
 
