@@ -117,8 +117,8 @@ def resolution(
     notes.extend(binding_notes)
     return Resolution(
         **carried(task), master_addr=master_addr, master_port=plan.master, sources=sources,
-        notes=notes, tf_chief=options.tf_chief, tf_config=tf_config, bindings=bindings,
-        gpus=gpus, gpu_source=gpu_source,
+        notes=notes, tf_chief=options.tf_chief, tf_jobs=options.tf_jobs, tf_config=tf_config,
+        bindings=bindings, gpus=gpus, gpu_source=gpu_source,
     )
 
 

@@ -142,6 +142,23 @@ ADDRESS = Kind(
     "give the name or IP address of rank 0's node, e.g. 'node017' or '10.1.2.17'",
     valid=[("10.1.2.17", "10.1.2.17"), (" n7 ", "n7")], invalid=["two words", " "],
 )
+def _jobs(text: str, variable: str) -> str:
+    """TensorFlow job roles, ``chief=1,ps=2,worker=4`` (read by slurmenv.tfconfig, imported
+    only when the option is given)."""
+    from .tfconfig import canonical_jobs
+
+    return canonical_jobs(text, variable)
+
+
+JOBS = Kind(
+    "jobs", _jobs, "str",  # TensorFlow job roles: JOB=COUNT,...
+    "write it like chief=1,ps=2,worker=4: job names chief, evaluator, ps, worker, each once "
+    "with a count of 1 or more; at most one chief and one evaluator; ps needs a chief and "
+    "workers (ParameterServerStrategy)",
+    valid=[("chief=1,ps=2,worker=4", "chief=1,ps=2,worker=4"),
+           ("worker=3, chief=1", "chief=1,worker=3")],
+    invalid=["boss=1", "worker=0", "chief=2,worker=1", "ps=1,worker=2", "worker", "worker=1,"],
+)
 FLAG = Kind(  # --NAME turns it on, --no-NAME (if it has one) off
     "flag", _flag, "bool", "use 1 or 0",
     valid=[("yes", True), ("no", False), ("ON", True), ("0", False)],
@@ -252,6 +269,13 @@ class Options(NamedTuple):
         "SLURMENV_MASTER_ADDR", "--master-addr", ADDRESS, None,
         "address of rank 0's node, for launchers that cannot tell it (MPI with custom "
         "mappings); wins over the launcher's host", metavar="ADDR", torchrun=True,
+    )
+    tf_jobs: str | None = option(
+        "SLURMENV_TF_JOBS", "--tf-jobs", JOBS, None,
+        "TensorFlow job roles for TF_CONFIG, e.g. chief=1,ps=2,worker=4 (ParameterServerStrategy): "
+        "ranks go to the jobs in slices in the order chief, evaluator, ps, worker, as "
+        "TensorFlow's SlurmClusterResolver does; the evaluator stays out of the cluster",
+        metavar="JOB=N,...",
     )
 
 

@@ -67,6 +67,7 @@ class Resolution:
         "sources",
         "step_id",
         "tf_chief",
+        "tf_jobs",
         "unknown",
         "world_size",
     )
@@ -87,6 +88,7 @@ class Resolution:
     sources: Mapping[str, str]
     notes: tuple[str, ...]
     tf_chief: bool
+    tf_jobs: str | None
     bindings: Mapping[str, str]
     gpus: tuple[str, ...] | None
     gpu_source: str
@@ -116,6 +118,7 @@ class Resolution:
         sources: Mapping[str, str] | None = None,
         notes: Sequence[str] = (),
         tf_chief: bool = False,
+        tf_jobs: str | None = None,
         topology: Topology | None = None,
         tf_config: Callable[[], dict[str, Any]] | None = None,
         bindings: Mapping[str, str] | None = None,
@@ -134,7 +137,8 @@ class Resolution:
             "unknown": tuple(unknown),
             "master_addr": master_addr, "master_port": master_port, "hostname": hostname,
             "job_id": job_id, "step_id": step_id, "sources": MappingProxyType(dict(sources or {})),
-            "notes": tuple(notes), "tf_chief": tf_chief, "_topology": topology or Topology(),
+            "notes": tuple(notes), "tf_chief": tf_chief, "tf_jobs": tf_jobs,
+            "_topology": topology or Topology(),
             "_cache": {} if tf_config is None else {"tf_config_fn": tf_config},
             "bindings": MappingProxyType(dict(bindings or {})),
             "gpus": None if gpus is None else tuple(gpus), "gpu_source": gpu_source,
@@ -239,7 +243,31 @@ class Resolution:
         from . import tfconfig  # only outputs with TF_CONFIG need it
 
         workers = self._cached("tf_workers", self._topology.tf_workers)
-        return tfconfig.build(workers, self.rank, self.tf_chief)
+        return tfconfig.build(workers, self.rank, self.tf_chief, self.tf_jobs)
+
+    @property
+    def tf_addresses(self) -> tuple[str, ...]:
+        """``host:port`` of every rank's TensorFlow task, in rank order (the evaluator's
+        too, which ``TF_CONFIG``'s cluster leaves out). SlurmEnvError where the launcher does
+        not tell where every rank runs."""
+        fn = self._cache.get("tf_config_fn")
+        if fn is not None:  # a TF_CONFIG the launcher set: its cluster, chief first
+            from . import tfconfig
+
+            return tuple(tfconfig.rank_addresses(fn()))
+        return tuple(self._cached("tf_workers", self._topology.tf_workers))
+
+    @property
+    def tf_roles(self) -> tuple[tuple[str, int], ...]:
+        """``(task type, index)`` of every rank in ``TF_CONFIG`` (``--tf-jobs``,
+        ``--tf-chief``); SlurmEnvError naming ``SLURMENV_TF_JOBS`` when its counts do not add
+        up to the step's tasks."""
+        from . import tfconfig
+
+        fn = self._cache.get("tf_config_fn")
+        if fn is not None:  # a TF_CONFIG the launcher set: its cluster, chief first
+            return tuple(tfconfig.cluster_roles(fn()))
+        return tuple(tfconfig.roles(self.world_size, self.tf_chief, self.tf_jobs))
 
     def _cached(self, key: str, compute: Callable[[], Any]) -> Any:
         if key not in self._cache:

@@ -62,11 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 # -- helpers shared with doctor ------------------------------------------------------------
 def rank_addresses(res: Resolution) -> list[str]:
-    """``host:port`` of every rank from TF_CONFIG's cluster, in rank order.
+    """``host:port`` of every rank's TensorFlow task, in rank order.
 
     Raises SlurmEnvError when the worker list cannot be computed.
     """
-    return tfconfig.rank_addresses(res.tf_config)
+    return list(res.tf_addresses)
 
 
 def layout_name(res: Resolution) -> str | None:
@@ -133,6 +133,11 @@ def step_table(res: Resolution, environ: Mapping[str, str]) -> dict[str, Any]:
     except SlurmEnvError as exc:
         addresses = None
         notes.append(f"TensorFlow ports unknown: {exc.message}")
+    try:
+        roles: Sequence[tuple[str, int]] | None = res.tf_roles if addresses else None
+    except SlurmEnvError as exc:
+        roles = None
+        notes.append(f"TensorFlow roles unknown: {exc.message} (fix: {exc.fix})")
     gpus, gpus_from = gpu_column(res, environ)
     ranks = []
     for rank, (node, local) in enumerate(zip(node_of, local_of)):
@@ -142,6 +147,7 @@ def step_table(res: Resolution, environ: Mapping[str, str]) -> dict[str, Any]:
             "rank": rank, "node": hosts[node], "node_rank": node, "local_rank": local,
             "ports": ports, "tf_address": addresses[rank] if addresses else None,
             "gpus": gpus[rank], "master": rank == 0, "self": rank == res.rank,
+            "tf_task": {"type": roles[rank][0], "index": roles[rank][1]} if roles else None,
         })  # fmt: skip
     return {
         "launcher": res.launcher,
@@ -175,15 +181,23 @@ def format_table(table: Mapping[str, Any]) -> str:
         f"master {master['addr']}:{master['port']} (rank 0 on {master['node']}, marked *)"
     )
     lines = [title]
-    header = ("RANK", "NODE", "NODE_RANK", "LOCAL_RANK", "PORTS", "GPUS")
+    header: tuple[str, ...] = ("RANK", "NODE", "NODE_RANK", "LOCAL_RANK", "PORTS", "GPUS")
+    right: tuple[bool, ...] = (True, False, True, True, False, False)
+    # the TensorFlow role of each rank, once roles are asked for (--tf-jobs, --tf-chief)
+    tasks = [row.get("tf_task") for row in table["ranks"]]
+    with_roles = any(task and task["type"] != "worker" for task in tasks)
     rows = []
-    for row in table["ranks"]:
-        rows.append((
+    for row, task in zip(table["ranks"], tasks):
+        cells: tuple[str, ...] = (
             f"{row['rank']}{'*' if row['master'] else ' '}", row["node"], str(row["node_rank"]),
             str(row["local_rank"]), ",".join(map(str, row["ports"])) or "-", row["gpus"],
-        ))  # fmt: skip
+        )  # fmt: skip
+        if with_roles:
+            cells += (f"{task['type']} {task['index']}" if task else "?",)
+        rows.append(cells)
+    if with_roles:
+        header, right = (*header, "TF_TASK"), (*right, False)
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    right = (True, False, True, True, False, False)
 
     def fmt(cells: Sequence[str]) -> str:
         return "  ".join(
@@ -197,6 +211,7 @@ def format_table(table: Mapping[str, Any]) -> str:
         "PORTS: MASTER_PORT (rank 0), then the rank's TensorFlow port. GPUS: this task's "
         "CUDA_VISIBLE_DEVICES (after --bind-gpus if asked) and, where the tasks of this node "
         "share their list, theirs; '?' = not knowable from here (srun slurmenv show --one-line)"
+        + ("; TF_TASK: the rank's task in TF_CONFIG (--tf-jobs, --tf-chief)" if with_roles else "")
     )
     lines.extend(f"note: {note}" for note in table["notes"])
     return "\n".join(lines) + "\n"

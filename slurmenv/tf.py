@@ -55,9 +55,11 @@ def _resolver_class() -> Any:
                 jobs = spec.jobs
                 if not jobs or (len(jobs) == 1 and len(spec.job_tasks(jobs[0])) == 1):
                     return ""
+                task_type = self.task_type if task_type is None else task_type
+                if task_type not in jobs:  # the evaluator: no server, not in the cluster
+                    return ""
                 address = spec.task_address(
-                    self.task_type if task_type is None else task_type,
-                    self.task_id if task_id is None else task_id,
+                    task_type, self.task_id if task_id is None else task_id
                 )
                 layer = self.rpc_layer if rpc_layer is None else rpc_layer
                 return f"{layer}://{address}" if layer else str(address)
@@ -71,16 +73,81 @@ def cluster_resolver(
     *,
     environ: Mapping[str, str] | None = None,
     rpc_layer: str = "grpc",
+    jobs: Mapping[str, int] | str | None = None,
 ) -> Any:
     """A ``tf.distribute.cluster_resolver`` for this task of the step.
 
     It is a ``TFConfigClusterResolver`` subclass whose cluster spec, task type and task index
     come from ``resolution.tf_config`` (``slurmenv.resolve(environ)`` unless given), never from
     the ``TF_CONFIG`` variable. ``SLURMENV_TF_CHIEF=1`` (or ``resolve(tf_chief=True)``) makes
-    rank 0 the chief. Raises :class:`slurmenv.SlurmEnvError` when the step cannot be resolved.
+    rank 0 the chief. ``jobs`` (``{"chief": 1, "ps": 2, "worker": 4}`` as TensorFlow's
+    ``SlurmClusterResolver`` takes it, or ``"chief=1,ps=2,worker=4"``; also
+    ``SLURMENV_TF_JOBS``) gives the ranks TensorFlow job roles, in slices in the order
+    chief, evaluator, ps, worker. Raises :class:`slurmenv.SlurmEnvError` when the step cannot
+    be resolved or the jobs do not fit it.
     """
     from . import resolve
 
-    res = resolution if resolution is not None else resolve(environ)
+    if jobs is not None and resolution is not None:
+        raise TypeError("give jobs to slurmenv.resolve(tf_jobs=...), not with a resolution")
+    if jobs is not None and not isinstance(jobs, str):
+        jobs = ",".join(f"{name}={count}" for name, count in dict(jobs).items())
+    res = resolution if resolution is not None else resolve(environ, tf_jobs=jobs)
     config = res.tf_config
     return _resolver_class()(config, rpc_layer=rpc_layer)
+
+
+#: How often :func:`serve` looks whether the chief still listens, in seconds.
+POLL_SECONDS = 1.0
+
+
+def serve(
+    resolver: Any = None,
+    *,
+    start_timeout: float = 600.0,
+    poll: float = POLL_SECONDS,
+) -> None:
+    """Run this task's ``tf.distribute.Server`` (a ``ps`` or ``worker`` of
+    ``ParameterServerStrategy``) until the chief is done, then return.
+
+    ``Server.join()`` never returns, so a step whose servers call it never ends by itself.
+    Here the server runs while the chief's address (``cluster_spec()``'s ``chief`` 0, where
+    its coordinator listens) accepts TCP connections: once it has accepted one and then
+    refuses two in a row (the chief's process ended), this returns and the task can exit
+    with status 0. The step's status is then the chief's (``srun --kill-on-bad-exit=1``
+    stops the servers at once if the chief fails). Raises TimeoutError when the chief never
+    listens within ``start_timeout`` seconds.
+    """
+    import socket
+    import time
+
+    import tensorflow as tf
+
+    if resolver is None:
+        resolver = cluster_resolver()
+    spec = resolver.cluster_spec()
+    if "chief" not in spec.jobs:
+        raise ValueError("serve() needs a chief in the cluster (--tf-jobs chief=1,ps=...)")
+    server = tf.distribute.Server(
+        spec, job_name=resolver.task_type, task_index=resolver.task_id,
+        protocol=resolver.rpc_layer or "grpc", start=True,
+    )
+    host, _, port = str(spec.task_address("chief", 0)).rpartition(":")
+    chief = (host.strip("[]"), int(port))
+    deadline = time.monotonic() + start_timeout
+    seen, misses = False, 0
+    while True:
+        try:
+            with socket.create_connection(chief, timeout=max(poll, 0.1)):
+                seen, misses = True, 0
+        except OSError:
+            if seen:
+                misses += 1
+                if misses >= 2:
+                    break
+            elif time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"the chief at {host}:{port} did not listen within {start_timeout:g} s"
+                ) from None
+        time.sleep(poll)
+    del server

@@ -34,19 +34,108 @@ def _quote(text: str) -> str:
     return encode_basestring_ascii(text)
 
 
-def build(workers: Sequence[str], rank: int, chief: bool = False) -> dict[str, Any]:
+# -- job roles (--tf-jobs) ------------------------------------------------------------------
+#: TensorFlow's task types, in the order ranks are given to them: sorted by name, as
+#: TensorFlow's own ``SlurmClusterResolver(jobs=...)`` does (the chief gets rank 0).
+JOB_NAMES = ("chief", "evaluator", "ps", "worker")
+JOBS_VARIABLE = "SLURMENV_TF_JOBS"
+
+
+def parse_jobs(text: str) -> list[tuple[str, int]]:
+    """``[(job, count), ...]`` of ``chief=1,ps=2,worker=4``, in :data:`JOB_NAMES` order.
+
+    Raises ValueError saying what is wrong: an unknown job name, a count that is not a whole
+    number of 1 or more, a job given twice, more than one chief or evaluator, or roles no
+    TensorFlow strategy can use (``ps`` without a ``chief`` to coordinate or without workers,
+    no ``chief`` or ``worker`` to train).
+    """
+    counts: dict[str, int] = {}
+    for item in text.split(","):
+        name, equals, count = (part.strip() for part in item.partition("="))
+        if not equals or not name:
+            raise ValueError(f"{item.strip()!r} is not JOB=COUNT")
+        if name not in JOB_NAMES:
+            raise ValueError(f"unknown TensorFlow job {name!r} (known: {', '.join(JOB_NAMES)})")
+        if name in counts:
+            raise ValueError(f"job {name!r} is given twice")
+        if not (count.isascii() and count.isdigit()) or len(count) > 9 or int(count) < 1:
+            raise ValueError(f"the count of {name!r} must be a whole number, 1 or more")
+        counts[name] = int(count)
+    for name in ("chief", "evaluator"):
+        if counts.get(name, 0) > 1:
+            raise ValueError(f"TensorFlow allows at most one {name} (asked for {counts[name]})")
+    if "ps" in counts and ("chief" not in counts or "worker" not in counts):
+        raise ValueError("parameter servers (ps) need a chief to run ParameterServerStrategy's "
+                         "coordinator and workers to run its functions")
+    if "chief" not in counts and "worker" not in counts:
+        raise ValueError("no task trains: give a chief or workers")
+    return [(name, counts[name]) for name in JOB_NAMES if name in counts]
+
+
+def jobs_text(jobs: Sequence[tuple[str, int]]) -> str:
+    """``chief=1,ps=2,worker=4``: the text of :func:`parse_jobs`' result."""
+    return ",".join(f"{name}={count}" for name, count in jobs)
+
+
+def canonical_jobs(text: str, variable: str = JOBS_VARIABLE) -> str:
+    """The ``--tf-jobs`` option's reader: the jobs in :data:`JOB_NAMES` order."""
+    return jobs_text(parse_jobs(text))
+
+
+def roles(world_size: int, chief: bool = False, jobs: str | None = None) -> list[tuple[str, int]]:
+    """``(task type, index)`` of every rank: with ``jobs`` (``--tf-jobs``), consecutive
+    slices of the ranks in :data:`JOB_NAMES` order; else ``worker`` r, or, with ``chief``
+    (``--tf-chief``), rank 0 the ``chief`` and the others worker 0..n-2.
+
+    Refuses (naming ``SLURMENV_TF_JOBS``) counts that do not add up to ``world_size`` and
+    ``jobs`` given with ``chief``.
+    """
+    if not jobs:
+        if chief:
+            return [("chief", 0)] + [("worker", r) for r in range(world_size - 1)]
+        return [("worker", r) for r in range(world_size)]
+    parsed = parse_jobs(jobs)
+    if chief:
+        raise SlurmEnvError(
+            "--tf-chief and --tf-jobs both say which rank is the chief", variable=JOBS_VARIABLE,
+            value=jobs, fix="drop --tf-chief (SLURMENV_TF_CHIEF): chief=1 in --tf-jobs makes "
+            "rank 0 the chief",
+        )
+    total = sum(count for _, count in parsed)
+    if total != world_size:
+        fixed = [(name, count) for name, count in parsed if name != "worker"]
+        others = sum(count for _, count in fixed)
+        hint = ""
+        if world_size > others:
+            hint = ", e.g. " + jobs_text([*fixed, ("worker", world_size - others)])
+        raise SlurmEnvError(
+            f"the TensorFlow jobs add up to {total} tasks, but the step has {world_size}",
+            variable=JOBS_VARIABLE, value=jobs,
+            fix=f"make the counts add up to the step's {world_size} tasks{hint}, or start "
+            f"{total} task{'s' if total != 1 else ''} (srun -n {total})",
+        )
+    return [(name, index) for name, count in parsed for index in range(count)]
+
+
+def build(
+    workers: Sequence[str], rank: int, chief: bool = False, jobs: str | None = None
+) -> dict[str, Any]:
     """``{"cluster": {"worker": [...]}, "task": {"type": "worker", "index": rank}}``.
 
     ``workers[r]`` is ``host:port`` of rank ``r``. With ``chief``, rank 0 becomes the single
-    ``chief`` and the others are workers 0..n-2.
+    ``chief`` and the others are workers 0..n-2. With ``jobs`` (``chief=1,ps=2,worker=4``),
+    the ranks are cut into the jobs by :func:`roles`; the ``evaluator`` stays out of the
+    cluster, as TensorFlow requires (its own task says ``evaluator``, index 0).
     """
-    if not chief:
+    if not chief and not jobs:
         return {"cluster": {"worker": list(workers)}, "task": {"type": "worker", "index": rank}}
-    cluster = {"chief": [workers[0]], "worker": list(workers[1:])}
-    if not cluster["worker"]:
-        del cluster["worker"]
-    task = {"type": "chief", "index": 0} if rank == 0 else {"type": "worker", "index": rank - 1}
-    return {"cluster": cluster, "task": task}
+    every = roles(len(workers), chief, jobs)
+    cluster: dict[str, list[str]] = {}
+    for address, (name, _) in zip(workers, every):
+        if name != "evaluator":
+            cluster.setdefault(name, []).append(address)
+    name, index = every[rank]
+    return {"cluster": cluster, "task": {"type": name, "index": index}}
 
 
 def _compact(value: Any) -> str:
@@ -105,11 +194,18 @@ def _too_large(size: str, text: str | None) -> SlurmEnvError:
     )
 
 
-def rank_addresses(config: Mapping[str, Any]) -> list[str]:
-    """``host:port`` of every rank from a ``TF_CONFIG``'s cluster, in rank order (the chief,
-    if any, is rank 0)."""
+def cluster_roles(config: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """``(task type, index)`` of every task of a ``TF_CONFIG``'s cluster, in the order ranks
+    are given to jobs (:data:`JOB_NAMES`: the chief, if any, is rank 0)."""
     cluster = config.get("cluster", {})
-    return [str(a) for a in list(cluster.get("chief", [])) + list(cluster.get("worker", []))]
+    return [(name, index) for name in JOB_NAMES for index in range(len(cluster.get(name, [])))]
+
+
+def rank_addresses(config: Mapping[str, Any]) -> list[str]:
+    """``host:port`` of every task of a ``TF_CONFIG``'s cluster, in the order of
+    :func:`cluster_roles` (rank order, but for an evaluator, which the cluster leaves out)."""
+    cluster = config.get("cluster", {})
+    return [str(cluster[name][index]) for name, index in cluster_roles(config)]
 
 
 def port_of(address: str) -> int | None:

@@ -48,9 +48,9 @@ def resolve_for_doctor(
 
 
 def rank_addresses(res: Resolution) -> list[str]:
-    """``host:port`` of every rank from the resolution's TF_CONFIG; raises SlurmEnvError when
-    the worker list cannot be computed."""
-    return tfconfig.rank_addresses(res.tf_config)
+    """``host:port`` of every rank's TensorFlow task (the evaluator's too, which TF_CONFIG's
+    cluster leaves out); raises SlurmEnvError when the worker list cannot be computed."""
+    return list(res.tf_addresses)
 
 
 def ports_here(res: Resolution) -> list[tuple[int, str]]:
