@@ -139,6 +139,9 @@ EXIT_STATUSES = {
         ["test_show.py::test_one_line_error_sorts_in_place"],
     ("docs/debugging.md", "The exit status is 0 when no check gives an error"):
         ["test_doc_claims.py::test_doctor_exit_status"],
+    ("docs/api.md", "so the task can exit with status 0 and the step end"):
+        ["test_tf_roles.py::test_serve_returns_once_the_chief_stops_listening",
+         "test_real_tf_roles.py::test_parameter_server_training_ends_with_the_chief"],
     ("docs/debugging.md", "# a report, exit status 1 if not sound"):
         ["test_stepcheck.py::test_doctor_step_prints_the_report_and_exits_1_when_not_sound"],
     ("docs/debugging.md", "Every task exits with status 1 when the step is not sound"):
