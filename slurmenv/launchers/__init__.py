@@ -81,6 +81,18 @@ REGISTRY = (
     "local",
 )
 
+#: The modules of this package that are not launchers: what launchers share or the docs
+#: need. Every other module here must be in REGISTRY (tests/test_registry.py), so a launcher
+#: written but not registered fails the suite instead of never detecting anything.
+HELPERS = (
+    "base",  # Task, Topology and the rules every launcher's read follows
+    "contract",  # the Launcher protocol every registered module meets (mypy and the tests)
+    "evidence",  # /proc evidence of a scrubbed Slurm step, for the single-process default
+    "mpi",  # what openmpi, hydra and mvapich share
+    "apinfo",  # the PALS apinfo file pals.py reads
+    "table",  # the docs' launcher tables, from each module's CLAIMS
+)
+
 #: Variables of which at least one must be set for a launcher's ``detect`` to be true: the
 #: module is not even imported otherwise (tests/test_registry.py checks the implication).
 #: Only worth it for launchers before ``slurm`` in the registry, which every step task tries.

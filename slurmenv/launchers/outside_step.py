@@ -24,6 +24,13 @@ VARIABLES = (
     "SLURM_NNODES", "SLURM_TASKS_PER_NODE",
 )  # fmt: skip
 PREFIXES: tuple[str, ...] = ()
+TASK_VARIABLES: tuple[str, ...] = ()
+FALLBACK = False  # not the single-process default (contract.Launcher)
+#: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
+WHY_EMPTY = {
+    "PREFIXES": "every variable read is named in VARIABLES",
+    "TASK_VARIABLES": "the variables of a Slurm job: slurm.py declares them",
+}
 #: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
 CLAIMS = (
     {
