@@ -62,14 +62,14 @@ def resolve(
     Raises :class:`SlurmEnvError` naming the variable at fault when the environment is wrong
     (for example in a batch script outside ``srun``, where every task would get rank 0).
     """
-    from . import launchers, options, ports
+    from . import options, pipeline, ports
 
     given = {name: value for name, value in locals().items() if name in options.Options._fields}
     env = os.environ if environ is None else environ
     opts = options.from_environ(env, **given)
     ephemeral = ports.ephemeral_range() if ephemeral_range is _AUTO else ephemeral_range
-    evidence = launchers.FIND if step_evidence is _AUTO else step_evidence
-    others = launchers.FIND if rivals is _AUTO else (
+    evidence = pipeline.FIND if step_evidence is _AUTO else step_evidence
+    others = pipeline.FIND if rivals is _AUTO else (
         None if rivals is None else [(None, other) for other in rivals]  # type: ignore[attr-defined]
     )
-    return launchers.resolve(env, opts, ephemeral, cpus, evidence, others)  # type: ignore[arg-type]
+    return pipeline.resolve(env, opts, ephemeral, cpus, evidence, others)  # type: ignore[arg-type]

@@ -1,5 +1,5 @@
 """The launcher seam: the registry's order on overlapping signals, every launcher through the
-same interface, and the one shared precedence of address and port (``slurmenv/derive.py``)."""
+same interface, and the one shared precedence of address and port (``slurmenv/pipeline.py``, ``derive``)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import slurmenv
-from slurmenv import derive, launchers
+from slurmenv import launchers, pipeline
 from slurmenv.errors import SlurmEnvError
 from slurmenv.launchers import base, contract
 from slurmenv.options import Options
@@ -182,50 +182,50 @@ def task(**changes: object) -> base.Task:
 def test_port_precedence() -> None:
     opts = Options()
     formula = slurmenv.ports.block_ports(4242, 3, opts.port_range, 2).master
-    assert derive.port_plan(task(), {}, opts, None).master == formula
+    assert pipeline.port_plan(task(), {}, opts, None).master == formula
     reserved = task(reserved_ports=("SLURM_STEP_RESV_PORTS", "12000-12002"))
-    assert derive.port_plan(reserved, {}, opts, None).master == 12000
+    assert pipeline.port_plan(reserved, {}, opts, None).master == 12000
     inherited = {"MASTER_PORT": "23456"}
-    assert derive.port_plan(reserved, inherited, opts, None).master == 23456
-    assert derive.port_plan(reserved, inherited, Options(port=20000), None).master == 20000
+    assert pipeline.port_plan(reserved, inherited, opts, None).master == 23456
+    assert pipeline.port_plan(reserved, inherited, Options(port=20000), None).master == 20000
     fixed = task(fixed={"MASTER_PORT": "29500"})
-    assert derive.port_plan(fixed, inherited, Options(port=20000), None).master == 29500
+    assert pipeline.port_plan(fixed, inherited, Options(port=20000), None).master == 29500
     with pytest.raises(SlurmEnvError) as info:
-        derive.port_plan(task(port_seed=None, port_seed_source="no job id here"), {}, opts, None)
+        pipeline.port_plan(task(port_seed=None, port_seed_source="no job id here"), {}, opts, None)
     assert info.value.variable == "MASTER_PORT" and "--port" in str(info.value.fix)
     with pytest.raises(SlurmEnvError) as info:  # never in the ephemeral range
-        derive.port_plan(task(), {}, Options(port=40000), (32768, 60999))
+        pipeline.port_plan(task(), {}, Options(port=40000), (32768, 60999))
     assert info.value.variable == "--port" and "below 32768" in str(info.value.fix)
 
 
 def test_address_precedence() -> None:
-    assert derive.address(task(), Options()) == ("a", "host a")
-    templated = derive.address(task(), Options(addr_template="{host}-ib"))
+    assert pipeline.address(task(), Options()) == ("a", "host a")
+    templated = pipeline.address(task(), Options(addr_template="{host}-ib"))
     assert templated[0] == "a-ib" and "template" in templated[1]
     # the master_addr option (options table: --master-addr) wins over the launcher's host,
     # with no template applied to it
     given = SimpleNamespace(**{**Options(addr_template="{host}-ib")._asdict(),
                                "master_addr": "10.0.0.1"})
-    assert derive.address(task(), given)[0] == "10.0.0.1"  # type: ignore[arg-type]
-    assert derive.address(task(fixed={"MASTER_ADDR": "w0"}), Options())[0] == "w0"
+    assert pipeline.address(task(), given)[0] == "10.0.0.1"  # type: ignore[arg-type]
+    assert pipeline.address(task(fixed={"MASTER_ADDR": "w0"}), Options())[0] == "w0"
     with pytest.raises(SlurmEnvError) as info:
-        derive.address(task(master_host=None, master_source="no variable names it"), Options())
+        pipeline.address(task(master_host=None, master_source="no variable names it"), Options())
     assert info.value.variable == "MASTER_ADDR" and "--master-addr" in str(info.value.fix)
 
 
 def test_bindings_left_alone_when_the_slurm_variables_are_not_the_tasks() -> None:
     env = {"CUDA_VISIBLE_DEVICES": "0,1", "SLURM_CPUS_PER_TASK": "4"}
-    mine = derive.resolution(task(), env, Options(bind_gpus=True), None)
+    mine = pipeline.derive(task(), env, Options(bind_gpus=True), None)
     assert mine.bindings.get("OMP_NUM_THREADS") == "4"
     assert mine.bindings.get("CUDA_VISIBLE_DEVICES") == "1"
-    other = derive.resolution(task(own_bindings=False), env, Options(bind_gpus=True), None)
+    other = pipeline.derive(task(own_bindings=False), env, Options(bind_gpus=True), None)
     assert dict(other.bindings) == {} and any("left alone" in n for n in other.notes)
 
 
 def test_every_task_field_is_carried_or_consumed() -> None:
-    # derive.CARRIED is the one mapping from a Task to its Resolution: a new Task field must be
-    # named there (carried as it is) or in derive.CONSUMED (turned into something else)
-    carried, consumed = set(derive.CARRIED), set(derive.CONSUMED)
+    # pipeline.CARRIED is the one mapping from a Task to its Resolution: a new Task field must be
+    # named there (carried as it is) or in pipeline.CONSUMED (turned into something else)
+    carried, consumed = set(pipeline.CARRIED), set(pipeline.CONSUMED)
     assert not carried & consumed
     assert carried | consumed == set(base.Task._fields)
     accepted = set(inspect.signature(slurmenv.Resolution).parameters)
@@ -243,17 +243,17 @@ def test_resolution_carries_the_tasks_fields() -> None:
         "job_id": "77", "step_id": "5", "fixed": {"TF_CONFIG": "{}"}, "origin": "a test task",
         "origin_fix": "none needed", "label": "test label", "in_worker": True, "unknown": (),
     }
-    assert set(values) == set(derive.CARRIED)
-    res = derive.resolution(task(**values), {}, Options(), None)
+    assert set(values) == set(pipeline.CARRIED)
+    res = pipeline.derive(task(**values), {}, Options(), None)
     for name, value in values.items():
         if name == "topology":
             assert res.tasks_per_node == "2(x2)"
         else:
             assert getattr(res, name) == value, name
     unknown = ("NODE_RANK", "GROUP_RANK", "NNODES")
-    res = derive.resolution(task(unknown=unknown), {}, Options(), None)
+    res = pipeline.derive(task(unknown=unknown), {}, Options(), None)
     assert res.unknown == unknown
-    assert derive.resolution(task(label=""), {}, Options(), None).label == "test"  # the launcher
+    assert pipeline.derive(task(label=""), {}, Options(), None).label == "test"  # the launcher
 
 
 def test_the_test_only_launcher_meets_the_contract() -> None:

@@ -33,7 +33,7 @@ CLAIMS = (
     },
 )
 #: The single-process fallback: refused when /proc shows a scrubbed Slurm step
-#: (launchers.resolve, evidence.py); the only launcher that pays for reading /proc.
+#: (pipeline.resolve, evidence.py); the only launcher that pays for reading /proc.
 FALLBACK = True
 
 

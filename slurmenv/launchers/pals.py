@@ -10,7 +10,7 @@ file (``apinfo.py``) telling every rank's node and local index and every node's 
 whole layout and rank 0's host come from it. Every value present is checked against the file.
 
 * ``PMI_CONTROL_PORT`` lists ports libpals itself binds on every node: never ``MASTER_PORT``
-  (the shared port precedence in ``derive.py`` skips them, for every launcher).
+  (the shared port precedence in ``pipeline.derive`` skips them, for every launcher).
 * Without ``PALS_APINFO``, ``PBS_NODEFILE``'s first host is rank 0's node only when mpiexec
   used the default host file (no ``--hostfile``/``--hosts``): the source sentence says so.
 * Port seed: ``PBS_JOBID`` (its number) with the launch's ``PALS_APID`` hashed, taken outside
