@@ -37,6 +37,7 @@ def resolve(
     bind_gpus: bool | None = None,
     threads: bool | None = None,
     master_addr: str | None = None,
+    launcher: str | None = None,
     ephemeral_range: tuple[int, int] | None | object = _AUTO,
     cpus: int | None = None,
     step_evidence: str | None | object = _AUTO,
@@ -45,7 +46,7 @@ def resolve(
     """Resolve this task's distributed environment from ``environ`` (default ``os.environ``).
 
     Nothing is changed: the result is an immutable :class:`Resolution`. The keywords from
-    ``port`` to ``master_addr`` are the options table's (:class:`Options`, ``docs/options.md``);
+    ``port`` to ``launcher`` are the options table's (:class:`Options`, ``docs/options.md``);
     each one given (not None) overrides its ``SLURMENV_*`` variable. ``ephemeral_range`` is this
     node's ephemeral port range, read from ``/proc`` unless given (``None`` skips the check).
     ``cpus`` is how many CPUs the task may run on, for the thread counts when

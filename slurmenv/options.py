@@ -10,7 +10,8 @@ options ``slurmenv torchrun`` takes (``torchrun=True``) and ``docs/options.md``
 (:func:`markdown`). :func:`slurmenv.resolve` keeps explicit keywords for its users; a test
 checks them against the table. Adding an option is one row.
 
-Each row has a :class:`Kind` (``PORT``, ``RANGE``, ``TEMPLATE``, ``ADDRESS``, ``FLAG``): how
+Each row has a :class:`Kind` (``PORT``, ``RANGE``, ``TEMPLATE``, ``ADDRESS``, ``FLAG``,
+``LAUNCHER``): how
 its text is read, the fix when it cannot be, its types and the samples tests/test_options.py
 runs every row of the kind through. An option of a new kind is one ``Kind(...)`` and its row.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from ._compat import TYPE_CHECKING, NamedTuple  # not typing's: see _compat
 from .errors import SlurmEnvError
+from .launchers import REGISTRY  # names only: no launcher module is imported
 from .ports import DEFAULT_RANGE, PORT_FIX, RANGE_FIX, parse_port, parse_range
 
 if TYPE_CHECKING:
@@ -121,6 +123,16 @@ def _address(address: str, variable: str) -> str:
     return text
 
 
+def _launcher(name: str, variable: str) -> str:
+    """The name of a launcher of the registry (``launchers.REGISTRY``)."""
+    from . import launchers  # the registry as it is now (tests add launchers to it)
+
+    text = name.strip()
+    if text not in launchers.REGISTRY:
+        raise ValueError("not the name of a launcher of slurmenv's registry")
+    return text
+
+
 PORT = Kind(
     "port", parse_port, "int", PORT_FIX,  # a TCP port 1024-65535
     valid=[("12345", 12345), (" 23456", 23456)], invalid=["80", "http", "70000"],
@@ -146,6 +158,12 @@ FLAG = Kind(  # --NAME turns it on, --no-NAME (if it has one) off
     "flag", _flag, "bool", "use 1 or 0",
     valid=[("yes", True), ("no", False), ("ON", True), ("0", False)],
     invalid=["maybe", "2"],
+)
+LAUNCHER = Kind(
+    "launcher", _launcher, "str",  # a name of launchers.REGISTRY
+    f"use one of {', '.join(REGISTRY)} (docs/launchers.md), or unset it to let slurmenv detect "
+    "the launcher",
+    valid=[("slurm", "slurm"), (" openmpi ", "openmpi")], invalid=["nosuch", "Slurm", "base"],
 )
 parse_flag = FLAG.parse
 check_template = TEMPLATE.parse
@@ -252,6 +270,12 @@ class Options(NamedTuple):
         "SLURMENV_MASTER_ADDR", "--master-addr", ADDRESS, None,
         "address of rank 0's node, for launchers that cannot tell it (MPI with custom "
         "mappings); wins over the launcher's host", metavar="ADDR", torchrun=True,
+    )
+    launcher: str | None = option(
+        "SLURMENV_LAUNCHER", "--launcher", LAUNCHER, None,
+        "read the task with this launcher instead of detecting it (a name of the registry's, "
+        "docs/launchers.md); refused when that launcher does not detect the task",
+        metavar="NAME",
     )
 
 

@@ -123,9 +123,37 @@ def resolve(
     return res
 
 
+LAUNCHER_FIX = (
+    "unset SLURMENV_LAUNCHER (or drop --launcher) to let slurmenv detect the launcher, or run "
+    "where that launcher started the task"
+)
+
+
 def launcher_of(environ: Mapping[str, str], options: Options) -> ModuleType:
-    """The launcher module that reads this task: the registry's first that detects it."""
-    return launchers.detect(environ)
+    """The launcher module that reads this task: the one ``options.launcher`` names (refused
+    when its ``detect`` is false here), else the registry's first that detects it."""
+    name = options.launcher
+    if name is None:
+        return launchers.detect(environ)
+    module = launchers.load(name)
+    if module.detect(environ):
+        return module
+    own = module.TASK_VARIABLES or module.VARIABLES
+    missing = [variable for variable in own if not environ.get(variable)]
+    shown = ", ".join(missing[:4]) + (", ..." if len(missing) > 4 else "")
+    if missing and len(missing) < len(own):
+        told = f"{len(missing)} of its {len(own)} variables are unset or empty ({shown})"
+    elif missing:
+        told = f"none of its variables is set ({shown})"
+    else:
+        told = "its variables are set, but it does not take this task as its own"
+    detected = launchers.detect(environ)
+    raise SlurmEnvError(
+        f"the launcher {name} was chosen (--launcher, SLURMENV_LAUNCHER or launcher=), but it "
+        f"does not detect this task: {told}; without the choice, slurmenv detects "
+        f"{detected.NAME}",
+        variable="SLURMENV_LAUNCHER", value=name, fix=LAUNCHER_FIX,
+    )
 
 
 def read(environ: Mapping[str, str]) -> Task:
@@ -155,9 +183,10 @@ def check_rivals(
     given = rival_launches.command_line(options, environ)
     for pid, env, other_key in rival_launches.other_launches(task.launch_key, found):
         try:
-            if read(env).rank != 0:  # cheaper than a resolution: most are other ranks
-                continue
-            other = resolve(env, from_environ(env, **given), None, 1, None, None)
+            theirs = from_environ(env, **given)
+            if launcher_of(env, theirs).read(env).rank != 0:  # cheaper than a resolution:
+                continue  # most are other ranks
+            other = resolve(env, theirs, None, 1, None, None)
         except Exception:  # noqa: BLE001, S112 - another process's variables, however broken,
             # never crash this rank 0: a rank that cannot resolve never binds a port through
             # slurmenv

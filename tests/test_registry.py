@@ -262,3 +262,59 @@ def test_the_test_only_launcher_meets_the_contract() -> None:
     import awsbatch_launcher
 
     assert contract_faults(awsbatch_launcher) == []
+
+
+# -- the explicit launcher choice (--launcher, SLURMENV_LAUNCHER, launcher=) -------------------
+def test_an_explicit_launcher_settles_an_overlap() -> None:
+    step = synth.step_env(HOSTS, [2, 2, 2, 2], 5)
+    own = slurmenv.resolve(step, ephemeral_range=None)
+    worker = {**step, "TORCHELASTIC_RUN_ID": "7", "MASTER_PORT": "29500",
+              **{name: str(value) for name, value in own.env("torch").items()
+                 if name != "MASTER_PORT"}}
+    assert slurmenv.resolve(worker, ephemeral_range=None).launcher == "torchrun"
+    chosen = slurmenv.resolve(worker, ephemeral_range=None, launcher="slurm")
+    assert (chosen.launcher, chosen.rank, chosen.world_size) == ("slurm", 5, 8)
+    by_variable = slurmenv.resolve({**worker, "SLURMENV_LAUNCHER": "slurm"}, ephemeral_range=None)
+    assert by_variable.launcher == "slurm"
+    # the keyword wins over the variable, as for every option
+    assert slurmenv.resolve({**worker, "SLURMENV_LAUNCHER": "slurm"}, ephemeral_range=None,
+                            launcher="torchrun").launcher == "torchrun"
+
+
+def test_an_explicit_launcher_that_does_not_detect_the_task_is_refused() -> None:
+    lsf = {"LSB_JOBID": "3", "LSB_HOSTS": "a a b b", "LSB_DJOB_NUMPROC": "4"}
+    with pytest.raises(SlurmEnvError) as info:
+        slurmenv.resolve(lsf, step_evidence=None, launcher="lsf")
+    err = info.value
+    assert (err.variable, err.value) == ("SLURMENV_LAUNCHER", "lsf")
+    assert "does not detect this task" in err.message and "JSM_NAMESPACE_RANK" in err.message
+    assert "SLURMENV_LAUNCHER" in (err.fix or "")
+    with pytest.raises(SlurmEnvError) as info:  # nothing of Slurm's here
+        slurmenv.resolve({}, step_evidence=None, launcher="slurm")
+    assert "none of its variables is set" in info.value.message
+    # choosing the single-process default does not make a launcher's task one process
+    with pytest.raises(SlurmEnvError) as info:
+        slurmenv.resolve(synth.step_env(HOSTS, [2, 2, 2, 2], 5), step_evidence=None,
+                         launcher="local")
+    assert "train alone" in info.value.message
+
+
+@pytest.mark.parametrize("name", ["nosuch", "base", "slurm-het", "SLURM"])
+def test_an_unknown_launcher_name_is_refused_with_the_list(name: str) -> None:
+    with pytest.raises(SlurmEnvError) as info:
+        slurmenv.resolve({"SLURMENV_LAUNCHER": name}, step_evidence=None)
+    assert (info.value.variable, info.value.value) == ("SLURMENV_LAUNCHER", name)
+    assert all(registered in (info.value.fix or "") for registered in launchers.REGISTRY)
+
+
+def test_every_registered_launcher_can_be_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the choices are the registry's names, a launcher added to it included
+    import awsbatch_launcher
+
+    awsbatch_launcher.register(monkeypatch)
+    env = {"AWS_BATCH_JOB_NODE_INDEX": "0", "AWS_BATCH_JOB_NUM_NODES": "2",
+           "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "10.0.0.7", "SLURMENV_PORT": "29500"}
+    assert slurmenv.resolve(env, launcher="awsbatch", ephemeral_range=None).rank == 0
+    for name in launchers.REGISTRY:
+        assert Options(launcher=name).launcher == name
+        assert slurmenv.options.from_environ({"SLURMENV_LAUNCHER": name}).launcher == name
