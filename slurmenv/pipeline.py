@@ -373,7 +373,7 @@ def port_plan(
         port, why, variable = explicit
         if port in taken:
             raise _runtime_port(port, why, taken, variable)
-        tf = [port + 1 + k for k in range(per_node + len(taken)) if port + 1 + k <= 65535]
+        tf = [port + 1 + k for k in range(per_node + len(taken)) if port + 1 + k <= ports.LAST_PORT]
         tf = [p for p in tf if p not in taken][:per_node]
         plan = ports.Ports(port, tf, f"{why}; TensorFlow ports follow it", variable)
     elif task.reserved_ports is not None:

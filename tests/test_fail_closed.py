@@ -27,7 +27,8 @@ from hypothesis import strategies as st
 
 import slurmenv
 from slurmenv import SlurmEnvError, ports, resolve
-from slurmenv.launchers import evidence, outside_step
+from slurmenv.launchers import batch as batch_launcher
+from slurmenv.launchers import evidence
 
 DUMPS = pathlib.Path(__file__).parent / "dumps"
 _script = pathlib.Path(sysconfig.get_path("scripts")) / "slurmenv"
@@ -504,4 +505,4 @@ def test_every_other_job_is_still_refused_in_its_batch_script(extra: dict[str, s
     stderr = assert_refused_by_shell(batch(**extra), "SLURM_STEP_ID")
     if not extra:  # sbatch -N1 without -n: say how to tell Slurm there is one task
         assert "sbatch -n 1" in stderr
-    assert outside_step.OUTSIDE_STEP_FIX.split(":")[0] in stderr
+    assert batch_launcher.OUTSIDE_STEP_FIX.split(":")[0] in stderr

@@ -222,7 +222,7 @@ def test_no_import_cycles() -> None:
 
 
 # -- layers ---------------------------------------------------------------------------------
-COMMANDS = ("slurmenv.show", "slurmenv.torchrun", "slurmenv.doctor.command",
+COMMANDS = ("slurmenv.show", "slurmenv.torchrun_command", "slurmenv.doctor.command",
             "slurmenv.dump.command")
 
 

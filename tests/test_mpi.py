@@ -290,7 +290,7 @@ def test_a_node_index_past_the_steps_nodes_is_refused(name: str) -> None:
 def test_registry_order_on_each_overlap() -> None:
     names = launchers.REGISTRY
     assert names.index("slurm") < names.index("openmpi") < names.index("hydra") \
-        < names.index("mvapich") < names.index("outside_step")
+        < names.index("mvapich") < names.index("batch")
     # PMI_RANK: srun --mpi=pmi2 (agrees with SLURM_PROCID) -> slurm; Hydra -> hydra
     pmi2 = launch("srun_pmi2")[3]["env"]
     assert launchers.detect(pmi2).NAME == "slurm"

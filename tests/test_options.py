@@ -18,7 +18,8 @@ import pytest
 import synth
 
 import slurmenv
-from slurmenv import cli, doctor, dump, options, show, torchrun
+from slurmenv import cli, doctor, dump, options, show
+from slurmenv import torchrun_command as torchrun
 from slurmenv.doctor.context import _PORT_VARIABLES, Context
 from slurmenv.errors import SlurmEnvError
 from slurmenv.options import FLAG, KINDS, TABLE

@@ -45,7 +45,7 @@ REGISTRY = (
     # hidden): PALS_RANKID. After "slurm": a cray_shasta task carries PALS_RANKID equal to
     # SLURM_PROCID and Slurm's own variables stay its truth. Before the MPI launchers: PALS
     # ranks carry PMI_RANK/PMI_SIZE too. Never PBS_JOBID alone, which Slurm's spank_pbs plugin
-    # also sets. Before "outside_step": a PALS rank is its launcher's, even inside a job.
+    # also sets. Before "batch": a PALS rank is its launcher's, even inside a job.
     "pals",
     # MPI launchers: their ranks inherit a daemon step's or the batch script's SLURM_* (never
     # their own), so they come after "slurm" (which keeps srun --mpi=pmi2 tasks, whose PMI_*
@@ -64,7 +64,7 @@ REGISTRY = (
     # step): refused, except a job of exactly one task and salloc's interactive step (one
     # process each). After every launcher that can run inside a job, before the hand-set
     # variables, which a batch script often exports.
-    "outside_step",
+    "batch",
     # A pod of a Kubernetes training operator (KUBERNETES_SERVICE_HOST with RANK/WORLD_SIZE or
     # PET_NNODES): before "preset", which would take the operator's RANK (a pod index) as a
     # process rank on trust; after everything that runs inside a pod on its own (torchrun's

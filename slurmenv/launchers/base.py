@@ -38,7 +38,7 @@ def step_id(environ: Mapping[str, str]) -> str | None:
     return environ.get("SLURM_STEP_ID") or environ.get("SLURM_STEPID") or None
 
 
-def outside_step(environ: Mapping[str, str]) -> bool:
+def in_job_outside_steps(environ: Mapping[str, str]) -> bool:
     """Inside a Slurm job but in no step of srun tasks: the batch script, an salloc shell, the
     extern step (the interactive step is a step of its own; see :func:`interactive_step`)."""
     if job_id(environ) is None:

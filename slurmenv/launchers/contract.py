@@ -82,6 +82,7 @@ if TYPE_CHECKING:
     # One line per module of launchers.REGISTRY (tests/test_registry.py checks the list):
     # mypy checks each against Launcher.
     from . import (
+        batch,
         flux,
         het,
         hydra,
@@ -90,7 +91,6 @@ if TYPE_CHECKING:
         lsf,
         mvapich,
         openmpi,
-        outside_step,
         pals,
         preset,
         slurm,
@@ -106,7 +106,7 @@ if TYPE_CHECKING:
     _openmpi: Launcher = openmpi
     _hydra: Launcher = hydra
     _mvapich: Launcher = mvapich
-    _outside_step: Launcher = outside_step
+    _batch: Launcher = batch
     _k8s: Launcher = k8s
     _preset: Launcher = preset
     _local: Launcher = local
