@@ -38,6 +38,7 @@ def resolve(
     threads: bool | None = None,
     master_addr: str | None = None,
     tf_jobs: str | None = None,
+    launcher: str | None = None,
     ephemeral_range: tuple[int, int] | None | object = _AUTO,
     cpus: int | None = None,
     step_evidence: str | None | object = _AUTO,
@@ -46,7 +47,7 @@ def resolve(
     """Resolve this task's distributed environment from ``environ`` (default ``os.environ``).
 
     Nothing is changed: the result is an immutable :class:`Resolution`. The keywords from
-    ``port`` to ``tf_jobs`` are the options table's (:class:`Options`, ``docs/options.md``);
+    ``port`` to ``launcher`` are the options table's (:class:`Options`, ``docs/options.md``);
     each one given (not None) overrides its ``SLURMENV_*`` variable. ``ephemeral_range`` is this
     node's ephemeral port range, read from ``/proc`` unless given (``None`` skips the check).
     ``cpus`` is how many CPUs the task may run on, for the thread counts when
@@ -63,14 +64,14 @@ def resolve(
     Raises :class:`SlurmEnvError` naming the variable at fault when the environment is wrong
     (for example in a batch script outside ``srun``, where every task would get rank 0).
     """
-    from . import launchers, options, ports
+    from . import options, pipeline, ports
 
     given = {name: value for name, value in locals().items() if name in options.Options._fields}
     env = os.environ if environ is None else environ
     opts = options.from_environ(env, **given)
     ephemeral = ports.ephemeral_range() if ephemeral_range is _AUTO else ephemeral_range
-    evidence = launchers.FIND if step_evidence is _AUTO else step_evidence
-    others = launchers.FIND if rivals is _AUTO else (
+    evidence = pipeline.FIND if step_evidence is _AUTO else step_evidence
+    others = pipeline.FIND if rivals is _AUTO else (
         None if rivals is None else [(None, other) for other in rivals]  # type: ignore[attr-defined]
     )
-    return launchers.resolve(env, opts, ephemeral, cpus, evidence, others)  # type: ignore[arg-type]
+    return pipeline.resolve(env, opts, ephemeral, cpus, evidence, others)  # type: ignore[arg-type]

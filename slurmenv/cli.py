@@ -162,7 +162,8 @@ EXTERNAL = {
                "check this task for what makes training hang; a fix each"),
     "dump": ("slurmenv.dump.command",
              "write what slurmenv reads here to a file to replay elsewhere"),
-    "torchrun": ("slurmenv.torchrun", "run torchrun once per node with its options filled in"),
+    "torchrun": ("slurmenv.torchrun_command",
+                 "run torchrun once per node with its options filled in"),
     "completion": ("slurmenv.completion", "print a completion script for bash, zsh or fish"),
 }
 

@@ -10,7 +10,8 @@ options ``slurmenv torchrun`` takes (``torchrun=True``) and ``docs/options.md``
 (:func:`markdown`). :func:`slurmenv.resolve` keeps explicit keywords for its users; a test
 checks them against the table. Adding an option is one row.
 
-Each row has a :class:`Kind` (``PORT``, ``RANGE``, ``TEMPLATE``, ``ADDRESS``, ``FLAG``): how
+Each row has a :class:`Kind` (``PORT``, ``RANGE``, ``TEMPLATE``, ``ADDRESS``, ``FLAG``,
+``LAUNCHER``): how
 its text is read, the fix when it cannot be, its types and the samples tests/test_options.py
 runs every row of the kind through. An option of a new kind is one ``Kind(...)`` and its row.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from ._compat import TYPE_CHECKING, NamedTuple  # not typing's: see _compat
 from .errors import SlurmEnvError
+from .launchers import REGISTRY  # names only: no launcher module is imported
 from .ports import DEFAULT_RANGE, PORT_FIX, RANGE_FIX, parse_port, parse_range
 
 if TYPE_CHECKING:
@@ -121,6 +123,16 @@ def _address(address: str, variable: str) -> str:
     return text
 
 
+def _launcher(name: str, variable: str) -> str:
+    """The name of a launcher of the registry (``launchers.REGISTRY``)."""
+    from . import launchers  # the registry as it is now (tests add launchers to it)
+
+    text = name.strip()
+    if text not in launchers.REGISTRY:
+        raise ValueError("not the name of a launcher of slurmenv's registry")
+    return text
+
+
 PORT = Kind(
     "port", parse_port, "int", PORT_FIX,  # a TCP port 1024-65535
     valid=[("12345", 12345), (" 23456", 23456)], invalid=["80", "http", "70000"],
@@ -163,6 +175,12 @@ FLAG = Kind(  # --NAME turns it on, --no-NAME (if it has one) off
     "flag", _flag, "bool", "use 1 or 0",
     valid=[("yes", True), ("no", False), ("ON", True), ("0", False)],
     invalid=["maybe", "2"],
+)
+LAUNCHER = Kind(
+    "launcher", _launcher, "str",  # a name of launchers.REGISTRY
+    f"use one of {', '.join(REGISTRY)} (docs/launchers.md), or unset it to let slurmenv detect "
+    "the launcher",
+    valid=[("slurm", "slurm"), (" openmpi ", "openmpi")], invalid=["nosuch", "Slurm", "base"],
 )
 parse_flag = FLAG.parse
 check_template = TEMPLATE.parse
@@ -276,6 +294,12 @@ class Options(NamedTuple):
         "ranks go to the jobs in slices in the order chief, evaluator, ps, worker, as "
         "TensorFlow's SlurmClusterResolver does; the evaluator stays out of the cluster",
         metavar="JOB=N,...",
+    )
+    launcher: str | None = option(
+        "SLURMENV_LAUNCHER", "--launcher", LAUNCHER, None,
+        "read the task with this launcher instead of detecting it (a name of the registry's, "
+        "docs/launchers.md); refused when that launcher does not detect the task",
+        metavar="NAME",
     )
 
 

@@ -29,15 +29,22 @@ from .errors import SlurmEnvError, is_number
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+#: The lowest port slurmenv gives or takes: the ports below are privileged (root binds them).
+FIRST_PORT = 1024
+#: The highest TCP port.
+LAST_PORT = 65535
+#: Where a port must lie, as messages write it.
+PORTS_TEXT = f"{FIRST_PORT}-{LAST_PORT}"
 JOB_SLOTS = 1000
 DEFAULT_RANGE = (10000, 32767)
 EPHEMERAL_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
 RANGE_FIX = "give a range like '10000-32767' (SLURMENV_PORT_RANGE or --port-range) of at least " \
-    f"{2 * JOB_SLOTS} ports between 1024 and the start of the ephemeral range"
+    f"{2 * JOB_SLOTS} ports between {FIRST_PORT} and the start of the ephemeral range"
 
 
 #: The fix for a port that is not one (parse_port; the options table's PORT kind).
-PORT_FIX = "use a port number between 1024 and 65535 (or unset it to let slurmenv choose)"
+PORT_FIX = (f"use a port number between {FIRST_PORT} and {LAST_PORT} (or unset it to let "
+            "slurmenv choose)")
 #: The fix for a port inside the ephemeral range (ports.check_outside, doctor's ports check).
 EPHEMERAL_FIX = "choose ports below the ephemeral range with SLURMENV_PORT_RANGE or --port-range"
 
@@ -72,9 +79,9 @@ def parse_range(text: str, variable: str) -> tuple[int, int]:
     if not (dash and is_number(lo_text) and is_number(hi_text)):
         raise SlurmEnvError("port range must be LO-HI", variable=variable, value=text, fix=RANGE_FIX)
     lo, hi = int(lo_text), int(hi_text)
-    if lo < 1024 or hi > 65535 or hi - lo + 1 < 2 * JOB_SLOTS:
+    if lo < FIRST_PORT or hi > LAST_PORT or hi - lo + 1 < 2 * JOB_SLOTS:
         raise SlurmEnvError(
-            f"port range {lo}-{hi} is outside 1024-65535 or smaller than {2 * JOB_SLOTS} ports",
+            f"port range {lo}-{hi} is outside {PORTS_TEXT} or smaller than {2 * JOB_SLOTS} ports",
             variable=variable,
             value=text,
             fix=RANGE_FIX,
@@ -83,8 +90,8 @@ def parse_range(text: str, variable: str) -> tuple[int, int]:
 
 
 def parse_port(text: str, variable: str) -> int:
-    """Parse one TCP port number (1024-65535)."""
-    if not is_number(text := text.strip()) or not 1024 <= int(text) <= 65535:
+    """Parse one TCP port number (FIRST_PORT-LAST_PORT)."""
+    if not is_number(text := text.strip()) or not FIRST_PORT <= int(text) <= LAST_PORT:
         raise SlurmEnvError(
             "not a usable TCP port",
             variable=variable,
@@ -95,7 +102,7 @@ def parse_port(text: str, variable: str) -> int:
 
 
 def parse_port_list(text: str, variable: str, limit: int | None = None) -> list[int]:
-    """Parse Slurm's port list (``12000-12003`` or ``12000,12002-12003``): ports 1024-65535,
+    """Parse Slurm's port list (``12000-12003`` or ``12000,12002-12003``): ports FIRST_PORT-LAST_PORT,
     no port twice. Only the first ``limit`` ports are expanded (all when None: at most the
     64,512 ports there are, since none may repeat); every part is checked all the same."""
     ranges: list[tuple[int, int]] = []
@@ -104,13 +111,13 @@ def parse_port_list(text: str, variable: str, limit: int | None = None) -> list[
         if (
             not is_number(lo)
             or (dash and not is_number(hi))
-            or not 1024 <= int(lo) <= int(hi or lo) <= 65535
+            or not FIRST_PORT <= int(lo) <= int(hi or lo) <= LAST_PORT
         ):
             raise SlurmEnvError(
                 "not a Slurm port list",
                 variable=variable,
                 value=text,
-                fix="it must look like '12000-12003' or '12000,12005' (ports 1024-65535, "
+                fix=f"it must look like '12000-12003' or '12000,12005' (ports {PORTS_TEXT}, "
                 "low-high ranges)",
             )
         ranges.append((int(lo), int(hi or lo)))
@@ -277,7 +284,7 @@ def too_few_tf_ports(plan: Ports, needed: int, environ: Mapping[str, str]) -> Sl
         fix = (f"reserve enough ports: {resv_ports(reserve)} (MASTER_PORT and one "
                f"TensorFlow port per task on a node), {without}")
     elif plan.variable in GIVEN:
-        fix = (f"the TensorFlow ports follow {plan.variable} and would pass 65535: choose a "
+        fix = (f"the TensorFlow ports follow {plan.variable} and would pass {LAST_PORT}: choose a "
                f"lower port, {without}")
     elif environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID"):
         fix = (f"use a wider --port-range (SLURMENV_PORT_RANGE), reserve ports with "

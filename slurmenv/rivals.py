@@ -20,7 +20,10 @@ rank-0 process carries its launch's variables from the moment it starts (the she
 program that calls ``resolve()``) until its training ends; of two rank-0 processes that
 overlap, the one that looks second sees the first (when both look at once, both refuse).
 
-Read from ``/proc`` only on rank 0 of such a launch, never on an ``srun`` task's path. Not
+The loop lives in ``pipeline.check_rivals``, which runs the same pipeline on each candidate;
+this module holds the rules: which processes (:func:`find`, :func:`other_launches`), with which
+options (:func:`command_line`), and the refusal (:func:`refuse_same_port`). Read from
+``/proc`` only on rank 0 of such a launch, never on an ``srun`` task's path. Not
 seen: processes of other users (unreadable), processes in another PID namespace, a port given
 on another launch's command line (only its environment is visible). A replay of a dump does not
 look (the processes belong to the node the dump was taken on).
@@ -34,7 +37,6 @@ from collections.abc import Iterable, Mapping
 
 from ._compat import TYPE_CHECKING
 from .errors import SlurmEnvError
-from .launchers.base import Task
 from .options import Options
 from .ports import GIVEN
 
@@ -46,15 +48,10 @@ OWN_PORT = (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
-    from .launchers.base import Task as TaskType
+    from .ports import Ports
     from .resolution import Resolution
-
-    #: ``launchers.resolve`` and a launcher's ``read``: passed in, so that this module does not
-    #: import the registry.
-    Resolver = Callable[..., Resolution]
-    Reader = Callable[[Mapping[str, str]], TaskType]
 
 
 def _netns(proc: str, pid: str) -> tuple[int, int] | None:
@@ -148,7 +145,7 @@ def find(
     return found
 
 
-def _command_line(options: Options, environ: Mapping[str, str]) -> dict[str, object]:
+def command_line(options: Options, environ: Mapping[str, str]) -> dict[str, object]:
     """Our options that did not come from our environment (the command line, keywords), but
     ``port``: another launch is taken to run the same command line with its own variables,
     and a port given on its command line is not visible (a given port of ours is no reason to
@@ -163,56 +160,48 @@ def _command_line(options: Options, environ: Mapping[str, str]) -> dict[str, obj
     }
 
 
-def check(
-    task: Task,
-    environ: Mapping[str, str],
-    options: Options,
-    ephemeral: tuple[int, int] | None,
-    found: Iterable[tuple[int | None, Mapping[str, str]]],
-    read: Reader,
-    resolve: Resolver,
-) -> None:
-    """Refuse rank 0 of ``task`` when a rival holds its MASTER_PORT (module docstring). Each
-    candidate is read as a task (``read``: its launcher's ``read``); only a rank 0 is resolved
-    (``resolve``: ``launchers.resolve``, without looking further) for its port."""
-    if task.launch_key is None or task.rank != 0:
-        return
-    from .derive import port_plan
-    from .options import from_environ
-
-    plan = port_plan(task, environ, options, ephemeral)
-
-    variable, value = task.launch_key
-    given = _command_line(options, environ)
+def other_launches(
+    launch_key: tuple[str, str], found: Iterable[tuple[int | None, Mapping[str, str]]]
+) -> Iterator[tuple[int | None, Mapping[str, str], str]]:
+    """``(pid, environment, its launch ID)`` of each process of ``found`` that names another
+    launch of the same kind (``launch_key``'s variable set to another value): the candidates
+    ``pipeline.check_rivals`` resolves."""
+    variable, value = launch_key
     for pid, env in found:
         other_key = env.get(variable)
-        if other_key is None or other_key == value:
-            continue
-        try:
-            if read(env).rank != 0:  # cheaper than a resolution: most are other ranks
-                continue
-            other = resolve(env, from_environ(env, **given), None, 1, None, None)
-        except Exception:  # noqa: BLE001, S112 - another process's variables, however broken, never
-            # crash this rank 0: a rank that cannot resolve never binds a port through slurmenv
-            continue
-        if other.rank != 0 or other.master_port != plan.master:
-            continue
-        who = f"process {pid}" if pid is not None else "a process"
-        message = (
-            f"MASTER_PORT {plan.master} ({plan.source}) is also the MASTER_PORT of another live "
-            f"launch whose rank 0 runs on this node: {who}, {variable}={other_key} "
-            f"({other.label}); two rank-0 processes cannot both listen on it, and the ranks of "
-            f"one launch could join the other's world"
-        )
-        if plan.variable in GIVEN:
-            raise SlurmEnvError(
-                message, variable=plan.variable,
-                value=environ.get(plan.variable) or str(plan.master),
-                fix=OWN_PORT,
-            )
+        if other_key is not None and other_key != value:
+            yield pid, env, other_key
+
+
+def refuse_same_port(
+    launch_key: tuple[str, str],
+    environ: Mapping[str, str],
+    plan: Ports,
+    pid: int | None,
+    other_key: str,
+    other: Resolution,
+) -> None:
+    """Refuse our rank 0 (whose ports are ``plan``) when ``other``, the resolution of process
+    ``pid`` of launch ``other_key``, is a rank 0 with the same MASTER_PORT (module docstring)."""
+    if other.rank != 0 or other.master_port != plan.master:
+        return
+    variable, value = launch_key
+    who = f"process {pid}" if pid is not None else "a process"
+    message = (
+        f"MASTER_PORT {plan.master} ({plan.source}) is also the MASTER_PORT of another live "
+        f"launch whose rank 0 runs on this node: {who}, {variable}={other_key} "
+        f"({other.label}); two rank-0 processes cannot both listen on it, and the ranks of "
+        f"one launch could join the other's world"
+    )
+    if plan.variable in GIVEN:
         raise SlurmEnvError(
-            message + f": their launch IDs {variable}={value} and {other_key} draw the same port",
-            variable="MASTER_PORT", value=str(plan.master),
-            fix="start this launch again (a new launch draws a new ID, so a new port), or "
-            + OWN_PORT,
+            message, variable=plan.variable,
+            value=environ.get(plan.variable) or str(plan.master),
+            fix=OWN_PORT,
         )
+    raise SlurmEnvError(
+        message + f": their launch IDs {variable}={value} and {other_key} draw the same port",
+        variable="MASTER_PORT", value=str(plan.master),
+        fix="start this launch again (a new launch draws a new ID, so a new port), or "
+        + OWN_PORT,
+    )

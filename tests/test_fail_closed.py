@@ -27,7 +27,8 @@ from hypothesis import strategies as st
 
 import slurmenv
 from slurmenv import SlurmEnvError, ports, resolve
-from slurmenv.launchers import evidence, outside_step
+from slurmenv.launchers import batch as batch_launcher
+from slurmenv.launchers import evidence
 
 DUMPS = pathlib.Path(__file__).parent / "dumps"
 _script = pathlib.Path(sysconfig.get_path("scripts")) / "slurmenv"
@@ -241,6 +242,63 @@ def test_single_process_only_without_any_launcher_variable() -> None:
     assert_refused_by_shell({"NNODES": "2"}, "RANK")
 
 
+# -- the fallback rule: no variable any registered launcher declares as its own (issue 26) --
+def test_lsf_job_variables_without_jsrun_are_refused_not_a_world_of_one() -> None:
+    lsf = {"LSB_JOBID": "3", "LSB_HOSTS": "a a b b", "LSB_DJOB_NUMPROC": "4"}
+    with pytest.raises(SlurmEnvError) as info:
+        resolve(lsf, step_evidence=None)
+    assert info.value.variable == "LSB_JOBID" and "(lsf)" in info.value.message
+    for name in ("LSB_HOSTS", "LSB_DJOB_NUMPROC"):  # each alone, too
+        with pytest.raises(SlurmEnvError) as info:
+            resolve({name: lsf[name]}, step_evidence=None)
+        assert info.value.variable == name
+    stderr = assert_refused_by_shell(lsf, "LSB_JOBID", "--for torch")
+    assert "lsf" in stderr
+    # LSF's settings kept in a login profile are no job
+    res = resolve({"LSB_DEFAULTQUEUE": "normal", "LSF_ENVDIR": "/etc/lsf"}, step_evidence=None)
+    assert (res.launcher, res.world_size) == ("local", 1)
+
+
+def test_the_fallback_rule_is_every_registered_launchers_declaration() -> None:
+    """The set the single-process default checks is made from the registered modules'
+    TASK_VARIABLES, and nothing else: each one alone refuses it, naming its launchers."""
+    from slurmenv import launchers
+
+    owners: dict[str, set[str]] = {}
+    for module in launchers.modules():
+        for name in module.TASK_VARIABLES:
+            owners.setdefault(name, set()).add(module.NAME)
+    assert len(owners) > 40
+    for name, declared_by in owners.items():
+        with pytest.raises(SlurmEnvError) as info:
+            resolve({name: "1"}, step_evidence=None, ephemeral_range=None)
+        if info.value.variable != name:  # another launcher detects it alone: not the fallback
+            assert launchers.detect({name: "1"}).NAME != "local", name
+            continue
+        named = info.value.message.split("(", 1)[1].split(")", 1)[0].split(" or ")
+        assert set(named) == declared_by, name
+
+
+def test_a_new_launcher_declaring_its_variables_is_covered_without_a_special_case(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import awsbatch_launcher
+
+    full = {"AWS_BATCH_JOB_NODE_INDEX": "1", "AWS_BATCH_JOB_NUM_NODES": "2",
+            "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "10.0.0.7", "SLURMENV_PORT": "29500"}
+    partial = {"AWS_BATCH_JOB_NUM_NODES": "2",
+               "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "10.0.0.7"}
+    # not registered: the package knows nothing of it (what a site without it gets)
+    assert resolve(partial, step_evidence=None).launcher == "local"
+    awsbatch_launcher.register(monkeypatch)
+    res = resolve(full, step_evidence=None, ephemeral_range=None)
+    assert (res.launcher, res.rank, res.world_size, res.master_addr) == ("awsbatch", 1, 2, "10.0.0.7")
+    with pytest.raises(SlurmEnvError) as info:
+        resolve(partial, step_evidence=None)
+    assert info.value.variable == "AWS_BATCH_JOB_NUM_NODES"
+    assert "(awsbatch)" in info.value.message and "train alone" in info.value.message
+
+
 # -- inherited values (issue 10, decisions) --------------------------------------------------
 @pytest.mark.parametrize(
     ("name", "value"),
@@ -447,4 +505,4 @@ def test_every_other_job_is_still_refused_in_its_batch_script(extra: dict[str, s
     stderr = assert_refused_by_shell(batch(**extra), "SLURM_STEP_ID")
     if not extra:  # sbatch -N1 without -n: say how to tell Slurm there is one task
         assert "sbatch -n 1" in stderr
-    assert outside_step.OUTSIDE_STEP_FIX.split(":")[0] in stderr
+    assert batch_launcher.OUTSIDE_STEP_FIX.split(":")[0] in stderr

@@ -14,7 +14,7 @@ import synth
 from test_apinfo import write
 
 import slurmenv
-from slurmenv import launchers, ports
+from slurmenv import launchers, pipeline, ports
 from slurmenv.errors import SlurmEnvError
 from slurmenv.options import Options
 
@@ -29,7 +29,7 @@ def case(name: str) -> dict[str, Any]:
 
 def with_master(env: dict[str, str], addr: str) -> Any:
     options = SimpleNamespace(**{**Options()._asdict(), "master_addr": addr})
-    return launchers.resolve(env, options, None)  # type: ignore[arg-type]
+    return pipeline.resolve(env, options, None)  # type: ignore[arg-type]
 
 
 def test_cray_pals_apinfo_gives_the_layout(tmp_path: Path) -> None:

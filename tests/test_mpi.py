@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import slurmenv
-from slurmenv import derive, dump, launchers, ports
+from slurmenv import dump, launchers, pipeline, ports
 from slurmenv.errors import SlurmEnvError
 from slurmenv.launchers import base, openmpi
 
@@ -128,7 +128,7 @@ def test_given_master_addr_resolves_the_rank_0_node_refusal(how: str) -> None:
         out = res.env("torch")
         assert out["MASTER_ADDR"] == "10.0.0.1"
         assert (out["RANK"], out["WORLD_SIZE"]) == (str(rank), "4")
-        assert res.sources["MASTER_ADDR"] == derive.EXPLICIT_ADDR_SOURCE
+        assert res.sources["MASTER_ADDR"] == pipeline.EXPLICIT_ADDR_SOURCE
         assert "--master-addr" in res.sources["MASTER_ADDR"]
         assert "SLURMENV_MASTER_ADDR" in res.sources["MASTER_ADDR"]
     for rank in (2, 3):
@@ -144,7 +144,7 @@ def test_rank_0_node_fix_text_is_the_one_documented() -> None:
     line = next(text for text in page.split("\n\n") if text.startswith("Fix texts:"))
     quoted = line.split("`")[1]  # `the address of rank 0 cannot be known here: …`
     assert quoted.endswith("…") and err.message.startswith(quoted[:-1])
-    assert err.fix == derive.ADDR_FIX
+    assert err.fix == pipeline.ADDR_FIX
     for option in ("--master-addr", "SLURMENV_MASTER_ADDR"):
         assert option in err.fix and option in line
 
@@ -290,7 +290,7 @@ def test_a_node_index_past_the_steps_nodes_is_refused(name: str) -> None:
 def test_registry_order_on_each_overlap() -> None:
     names = launchers.REGISTRY
     assert names.index("slurm") < names.index("openmpi") < names.index("hydra") \
-        < names.index("mvapich") < names.index("outside_step")
+        < names.index("mvapich") < names.index("batch")
     # PMI_RANK: srun --mpi=pmi2 (agrees with SLURM_PROCID) -> slurm; Hydra -> hydra
     pmi2 = launch("srun_pmi2")[3]["env"]
     assert launchers.detect(pmi2).NAME == "slurm"

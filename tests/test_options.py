@@ -16,7 +16,8 @@ import pytest
 import synth
 
 import slurmenv
-from slurmenv import cli, doctor, dump, options, show, torchrun
+from slurmenv import cli, doctor, dump, options, show
+from slurmenv import torchrun_command as torchrun
 from slurmenv.doctor.context import _PORT_VARIABLES, Context
 from slurmenv.errors import SlurmEnvError
 from slurmenv.options import FLAG, KINDS, TABLE
@@ -271,15 +272,15 @@ def test_an_option_of_a_new_kind_is_one_kind_and_its_row(tmp_path: Path) -> None
 def test_master_addr_reaches_the_options(monkeypatch: pytest.MonkeyPatch) -> None:
     assert options.from_environ({"SLURMENV_MASTER_ADDR": " node017 "}).master_addr == "node017"
     seen: list[options.Options] = []
-    from slurmenv import launchers
+    from slurmenv import pipeline
 
-    real = launchers.resolve
+    real = pipeline.resolve
 
     def spy(environ: Mapping[str, str], opts: options.Options, *rest: Any) -> Any:
         seen.append(opts)
         return real(environ, opts, *rest)
 
-    monkeypatch.setattr(launchers, "resolve", spy)
+    monkeypatch.setattr(pipeline, "resolve", spy)
     env = synth.step_env(["n1", "n2"], [1, 1], 1)
     slurmenv.resolve(env, master_addr="10.0.0.1", ephemeral_range=None)
     assert seen[-1].master_addr == "10.0.0.1"

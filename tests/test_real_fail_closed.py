@@ -134,3 +134,24 @@ def test_a_partial_step_environment_is_refused_naming_a_stray_variable(
     assert GUARD not in res.stdout and res.returncode != 0, explain(res)
     assert res.stderr.count(f"variable: {variable}=") == 4, explain(res)
     assert res.stderr.count("train alone") == 4, explain(res)
+
+
+# -- the explicit launcher choice (issue 27) ---------------------------------------------------
+def test_an_explicit_launcher_choice_in_srun_tasks(slurm_cluster: SlurmCluster) -> None:
+    """--launcher slurm in real srun tasks resolves as detected; SLURMENV_LAUNCHER naming a
+    launcher that does not detect them (set once, it reaches every task through srun) is
+    refused in every task, and the command after the eval never runs."""
+    chosen = slurm_cluster.srun(
+        ["-N2", "-n4"],
+        ["bash", "-c", ("eval $(slurmenv export --for torch --launcher slurm); "
+                        "echo CHOSEN RANK=$RANK WORLD_SIZE=$WORLD_SIZE")],
+        env=ENV, timeout=TIMEOUT)
+    assert chosen.returncode == 0, explain(chosen)
+    assert chosen.per_task == {r: [f"CHOSEN RANK={r} WORLD_SIZE=4"] for r in range(4)}, \
+        explain(chosen)
+    refused = slurm_cluster.srun(
+        ["-N2", "-n4"], ["bash", "-c", f"eval $(slurmenv export --for torch); echo {GUARD}"],
+        env={**ENV, "SLURMENV_LAUNCHER": "lsf"}, timeout=TIMEOUT)
+    assert GUARD not in refused.stdout and refused.returncode != 0, explain(refused)
+    assert refused.stderr.count("variable: SLURMENV_LAUNCHER='lsf'") == 4, explain(refused)
+    assert refused.stderr.count("slurmenv detects slurm") == 4, explain(refused)

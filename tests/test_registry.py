@@ -1,11 +1,13 @@
 """The launcher seam: the registry's order on overlapping signals, every launcher through the
-same interface, and the one shared precedence of address and port (``slurmenv/derive.py``)."""
+same interface, and the one shared precedence of address and port (``slurmenv/pipeline.py``, ``derive``)."""
 
 from __future__ import annotations
 
+import ast
 import inspect
 import subprocess
 import sys
+import types
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,9 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import slurmenv
-from slurmenv import derive, launchers
+from slurmenv import launchers, pipeline
 from slurmenv.errors import SlurmEnvError
-from slurmenv.launchers import base
+from slurmenv.launchers import base, contract
 from slurmenv.options import Options
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,15 +31,77 @@ def launcher_of(env: dict[str, str]) -> str:
     return str(launchers.detect(env).NAME)
 
 
-def test_every_registered_launcher_has_the_interface() -> None:
+def contract_faults(module: types.ModuleType) -> list[str]:
+    """What ``module`` lacks of the launcher contract (``launchers/contract.py``), at run time:
+    the same fields mypy checks through ``contract.Launcher``."""
+    faults = [] if isinstance(module, contract.Launcher) else ["not a contract.Launcher"]
+    for field, kind in contract.FIELDS.items():
+        value = getattr(module, field, None)
+        if not isinstance(value, kind):
+            faults.append(f"{field} missing or not a {kind}")
+    for field in ("detect", "read"):
+        if not callable(getattr(module, field, None)):
+            faults.append(f"{field} is not a function")
+    why = getattr(module, "WHY_EMPTY", None)
+    if isinstance(why, dict):
+        for field in contract.TUPLES:
+            value = getattr(module, field, None)
+            if value == () and not str(why.get(field, "")).strip():
+                faults.append(f"{field} is empty and WHY_EMPTY gives no reason")
+            if value and field in why:
+                faults.append(f"WHY_EMPTY explains {field}, which is not empty")
+        faults += [f"WHY_EMPTY names {key}, no such field" for key in why if key not in contract.TUPLES]
+    for field in ("VARIABLES", "PREFIXES", "TASK_VARIABLES"):
+        if not all(isinstance(n, str) and n for n in getattr(module, field, ()) or ()):
+            faults.append(f"{field} holds something other than names")
+    return faults
+
+
+def test_every_registered_launcher_meets_the_contract() -> None:
     for module in launchers.modules():
-        assert isinstance(module.NAME, str) and module.NAME
-        assert all(isinstance(n, str) for n in module.VARIABLES)
-        assert all(isinstance(p, str) and p for p in module.PREFIXES)
-        assert callable(module.detect) and callable(module.read)
+        assert contract_faults(module) == [], module.__name__
     names = [m.NAME for m in launchers.modules()]
     assert len(set(names)) == len(names)
     assert launchers.REGISTRY[-1] == "local"  # the last one detects everything
+    assert [m.NAME for m in launchers.modules() if m.FALLBACK] == ["local"]
+
+
+def test_the_contract_test_finds_a_missing_field() -> None:
+    # The AWS-Batch-like launcher of issue 26, written from an older recipe: no TASK_VARIABLES,
+    # no FALLBACK, no reason for its empty PREFIXES.
+    partial = types.ModuleType("slurmenv.launchers.awsbatch")
+    partial.NAME = "awsbatch"  # type: ignore[attr-defined]
+    partial.VARIABLES = ("AWS_BATCH_JOB_NODE_INDEX",)  # type: ignore[attr-defined]
+    partial.PREFIXES = ()  # type: ignore[attr-defined]
+    partial.CLAIMS = ({"name": "AWS Batch"},)  # type: ignore[attr-defined]
+    partial.WHY_EMPTY = {}  # type: ignore[attr-defined]
+    partial.detect = partial.read = lambda environ: None  # type: ignore[attr-defined]
+    faults = contract_faults(partial)
+    assert "not a contract.Launcher" in faults
+    assert any(f.startswith("TASK_VARIABLES missing") for f in faults)
+    assert any(f.startswith("FALLBACK missing") for f in faults)
+    assert "PREFIXES is empty and WHY_EMPTY gives no reason" in faults
+
+
+def test_mypy_checks_every_registered_module_against_the_contract() -> None:
+    """contract.py assigns each registered module to a name typed Launcher (mypy's half of the
+    check): the list there is the registry, no more and no less."""
+    tree = ast.parse((ROOT / "slurmenv" / "launchers" / "contract.py").read_text())
+    checked = [node.value.id for node in ast.walk(tree)
+               if isinstance(node, ast.AnnAssign) and isinstance(node.value, ast.Name)
+               and ast.unparse(node.annotation) == "Launcher"]
+    assert checked == list(launchers.REGISTRY)
+
+
+def test_every_module_of_the_launchers_package_is_registered_or_a_helper() -> None:
+    folder = ROOT / "slurmenv" / "launchers"
+    found = {path.stem for path in folder.glob("*.py")} - {"__init__"}
+    assert not set(launchers.REGISTRY) & set(launchers.HELPERS)
+    assert sorted(found) == sorted({*launchers.REGISTRY, *launchers.HELPERS}), (
+        "a module under launchers/ must be registered (REGISTRY) or listed in HELPERS"
+    )
+    for name in launchers.HELPERS:  # a helper is no launcher: it would never be tried
+        assert not hasattr(launchers.load(name), "detect"), name
 
 
 def test_registry_order_on_overlapping_signals() -> None:
@@ -118,50 +182,50 @@ def task(**changes: object) -> base.Task:
 def test_port_precedence() -> None:
     opts = Options()
     formula = slurmenv.ports.block_ports(4242, 3, opts.port_range, 2).master
-    assert derive.port_plan(task(), {}, opts, None).master == formula
+    assert pipeline.port_plan(task(), {}, opts, None).master == formula
     reserved = task(reserved_ports=("SLURM_STEP_RESV_PORTS", "12000-12002"))
-    assert derive.port_plan(reserved, {}, opts, None).master == 12000
+    assert pipeline.port_plan(reserved, {}, opts, None).master == 12000
     inherited = {"MASTER_PORT": "23456"}
-    assert derive.port_plan(reserved, inherited, opts, None).master == 23456
-    assert derive.port_plan(reserved, inherited, Options(port=20000), None).master == 20000
+    assert pipeline.port_plan(reserved, inherited, opts, None).master == 23456
+    assert pipeline.port_plan(reserved, inherited, Options(port=20000), None).master == 20000
     fixed = task(fixed={"MASTER_PORT": "29500"})
-    assert derive.port_plan(fixed, inherited, Options(port=20000), None).master == 29500
+    assert pipeline.port_plan(fixed, inherited, Options(port=20000), None).master == 29500
     with pytest.raises(SlurmEnvError) as info:
-        derive.port_plan(task(port_seed=None, port_seed_source="no job id here"), {}, opts, None)
+        pipeline.port_plan(task(port_seed=None, port_seed_source="no job id here"), {}, opts, None)
     assert info.value.variable == "MASTER_PORT" and "--port" in str(info.value.fix)
     with pytest.raises(SlurmEnvError) as info:  # never in the ephemeral range
-        derive.port_plan(task(), {}, Options(port=40000), (32768, 60999))
+        pipeline.port_plan(task(), {}, Options(port=40000), (32768, 60999))
     assert info.value.variable == "--port" and "below 32768" in str(info.value.fix)
 
 
 def test_address_precedence() -> None:
-    assert derive.address(task(), Options()) == ("a", "host a")
-    templated = derive.address(task(), Options(addr_template="{host}-ib"))
+    assert pipeline.address(task(), Options()) == ("a", "host a")
+    templated = pipeline.address(task(), Options(addr_template="{host}-ib"))
     assert templated[0] == "a-ib" and "template" in templated[1]
     # the master_addr option (options table: --master-addr) wins over the launcher's host,
     # with no template applied to it
     given = SimpleNamespace(**{**Options(addr_template="{host}-ib")._asdict(),
                                "master_addr": "10.0.0.1"})
-    assert derive.address(task(), given)[0] == "10.0.0.1"  # type: ignore[arg-type]
-    assert derive.address(task(fixed={"MASTER_ADDR": "w0"}), Options())[0] == "w0"
+    assert pipeline.address(task(), given)[0] == "10.0.0.1"  # type: ignore[arg-type]
+    assert pipeline.address(task(fixed={"MASTER_ADDR": "w0"}), Options())[0] == "w0"
     with pytest.raises(SlurmEnvError) as info:
-        derive.address(task(master_host=None, master_source="no variable names it"), Options())
+        pipeline.address(task(master_host=None, master_source="no variable names it"), Options())
     assert info.value.variable == "MASTER_ADDR" and "--master-addr" in str(info.value.fix)
 
 
 def test_bindings_left_alone_when_the_slurm_variables_are_not_the_tasks() -> None:
     env = {"CUDA_VISIBLE_DEVICES": "0,1", "SLURM_CPUS_PER_TASK": "4"}
-    mine = derive.resolution(task(), env, Options(bind_gpus=True), None)
+    mine = pipeline.derive(task(), env, Options(bind_gpus=True), None)
     assert mine.bindings.get("OMP_NUM_THREADS") == "4"
     assert mine.bindings.get("CUDA_VISIBLE_DEVICES") == "1"
-    other = derive.resolution(task(own_bindings=False), env, Options(bind_gpus=True), None)
+    other = pipeline.derive(task(own_bindings=False), env, Options(bind_gpus=True), None)
     assert dict(other.bindings) == {} and any("left alone" in n for n in other.notes)
 
 
 def test_every_task_field_is_carried_or_consumed() -> None:
-    # derive.CARRIED is the one mapping from a Task to its Resolution: a new Task field must be
-    # named there (carried as it is) or in derive.CONSUMED (turned into something else)
-    carried, consumed = set(derive.CARRIED), set(derive.CONSUMED)
+    # pipeline.CARRIED is the one mapping from a Task to its Resolution: a new Task field must be
+    # named there (carried as it is) or in pipeline.CONSUMED (turned into something else)
+    carried, consumed = set(pipeline.CARRIED), set(pipeline.CONSUMED)
     assert not carried & consumed
     assert carried | consumed == set(base.Task._fields)
     accepted = set(inspect.signature(slurmenv.Resolution).parameters)
@@ -179,14 +243,78 @@ def test_resolution_carries_the_tasks_fields() -> None:
         "job_id": "77", "step_id": "5", "fixed": {"TF_CONFIG": "{}"}, "origin": "a test task",
         "origin_fix": "none needed", "label": "test label", "in_worker": True, "unknown": (),
     }
-    assert set(values) == set(derive.CARRIED)
-    res = derive.resolution(task(**values), {}, Options(), None)
+    assert set(values) == set(pipeline.CARRIED)
+    res = pipeline.derive(task(**values), {}, Options(), None)
     for name, value in values.items():
         if name == "topology":
             assert res.tasks_per_node == "2(x2)"
         else:
             assert getattr(res, name) == value, name
     unknown = ("NODE_RANK", "GROUP_RANK", "NNODES")
-    res = derive.resolution(task(unknown=unknown), {}, Options(), None)
+    res = pipeline.derive(task(unknown=unknown), {}, Options(), None)
     assert res.unknown == unknown
-    assert derive.resolution(task(label=""), {}, Options(), None).label == "test"  # the launcher
+    assert pipeline.derive(task(label=""), {}, Options(), None).label == "test"  # the launcher
+
+
+def test_the_test_only_launcher_meets_the_contract() -> None:
+    # tests/awsbatch_launcher.py, written to docs/design.md's recipe (test_fail_closed.py
+    # registers it): the recipe's fields are the contract's
+    import awsbatch_launcher
+
+    assert contract_faults(awsbatch_launcher) == []
+
+
+# -- the explicit launcher choice (--launcher, SLURMENV_LAUNCHER, launcher=) -------------------
+def test_an_explicit_launcher_settles_an_overlap() -> None:
+    step = synth.step_env(HOSTS, [2, 2, 2, 2], 5)
+    own = slurmenv.resolve(step, ephemeral_range=None)
+    worker = {**step, "TORCHELASTIC_RUN_ID": "7", "MASTER_PORT": "29500",
+              **{name: str(value) for name, value in own.env("torch").items()
+                 if name != "MASTER_PORT"}}
+    assert slurmenv.resolve(worker, ephemeral_range=None).launcher == "torchrun"
+    chosen = slurmenv.resolve(worker, ephemeral_range=None, launcher="slurm")
+    assert (chosen.launcher, chosen.rank, chosen.world_size) == ("slurm", 5, 8)
+    by_variable = slurmenv.resolve({**worker, "SLURMENV_LAUNCHER": "slurm"}, ephemeral_range=None)
+    assert by_variable.launcher == "slurm"
+    # the keyword wins over the variable, as for every option
+    assert slurmenv.resolve({**worker, "SLURMENV_LAUNCHER": "slurm"}, ephemeral_range=None,
+                            launcher="torchrun").launcher == "torchrun"
+
+
+def test_an_explicit_launcher_that_does_not_detect_the_task_is_refused() -> None:
+    lsf = {"LSB_JOBID": "3", "LSB_HOSTS": "a a b b", "LSB_DJOB_NUMPROC": "4"}
+    with pytest.raises(SlurmEnvError) as info:
+        slurmenv.resolve(lsf, step_evidence=None, launcher="lsf")
+    err = info.value
+    assert (err.variable, err.value) == ("SLURMENV_LAUNCHER", "lsf")
+    assert "does not detect this task" in err.message and "JSM_NAMESPACE_RANK" in err.message
+    assert "SLURMENV_LAUNCHER" in (err.fix or "")
+    with pytest.raises(SlurmEnvError) as info:  # nothing of Slurm's here
+        slurmenv.resolve({}, step_evidence=None, launcher="slurm")
+    assert "none of its variables is set" in info.value.message
+    # choosing the single-process default does not make a launcher's task one process
+    with pytest.raises(SlurmEnvError) as info:
+        slurmenv.resolve(synth.step_env(HOSTS, [2, 2, 2, 2], 5), step_evidence=None,
+                         launcher="local")
+    assert "train alone" in info.value.message
+
+
+@pytest.mark.parametrize("name", ["nosuch", "base", "slurm-het", "SLURM"])
+def test_an_unknown_launcher_name_is_refused_with_the_list(name: str) -> None:
+    with pytest.raises(SlurmEnvError) as info:
+        slurmenv.resolve({"SLURMENV_LAUNCHER": name}, step_evidence=None)
+    assert (info.value.variable, info.value.value) == ("SLURMENV_LAUNCHER", name)
+    assert all(registered in (info.value.fix or "") for registered in launchers.REGISTRY)
+
+
+def test_every_registered_launcher_can_be_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the choices are the registry's names, a launcher added to it included
+    import awsbatch_launcher
+
+    awsbatch_launcher.register(monkeypatch)
+    env = {"AWS_BATCH_JOB_NODE_INDEX": "0", "AWS_BATCH_JOB_NUM_NODES": "2",
+           "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "10.0.0.7", "SLURMENV_PORT": "29500"}
+    assert slurmenv.resolve(env, launcher="awsbatch", ephemeral_range=None).rank == 0
+    for name in launchers.REGISTRY:
+        assert Options(launcher=name).launcher == name
+        assert slurmenv.options.from_environ({"SLURMENV_LAUNCHER": name}).launcher == name

@@ -403,10 +403,10 @@ REFUSED = {
 }
 BROKEN = """#!{python}
 import sys
-import slurmenv.launchers
+import slurmenv.pipeline
 def broken(*args, **kwargs):
     raise RuntimeError("a forced bug")
-slurmenv.launchers.resolve = broken
+slurmenv.pipeline.resolve = broken
 from slurmenv.cli import main
 sys.exit(main())
 """

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import synth
 
-from slurmenv import SlurmEnvError, derive, options, render, resolve, taskprolog
+from slurmenv import SlurmEnvError, options, pipeline, render, resolve, taskprolog
 from slurmenv.launchers import base
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,8 +30,8 @@ def parse(text: str) -> dict[str, str]:
         assert line.startswith("export "), line
         name, _, value = line[len("export "):].partition("=")
         out[name] = value
-    marker = out.pop(derive.SET_BY)
-    assert list(out)[-1:] != [derive.SET_BY]
+    marker = out.pop(pipeline.SET_BY)
+    assert list(out)[-1:] != [pipeline.SET_BY]
     assert marker.partition(":")[2] == ",".join(out), marker
     return out
 
@@ -275,31 +275,31 @@ def test_a_srun_inside_a_prolog_step_resolves_its_own_step() -> None:
     outer = {**synth.step_env(["r1n09"], [1], 0, step_id=0), "SLURM_CPUS_PER_TASK": "4"}
     inherited = prolog_values(outer)
     assert inherited["OMP_NUM_THREADS"] == "4"
-    assert inherited[derive.SET_BY].startswith(f"{outer['SLURM_JOB_ID']}.0:")
+    assert inherited[pipeline.SET_BY].startswith(f"{outer['SLURM_JOB_ID']}.0:")
     # step 1, started there: rank 3 of 8, one cpu a task; the environment holds step 0's values
     inner = {**inherited, **synth.step_env(HOSTS, [2, 2, 2, 2], 3, step_id=1)}
     want = resolve(synth.step_env(HOSTS, [2, 2, 2, 2], 3, step_id=1)).env("all")
     got = prolog_values(inner)
-    assert got[derive.SET_BY].startswith(f"{outer['SLURM_JOB_ID']}.1:")
+    assert got[pipeline.SET_BY].startswith(f"{outer['SLURM_JOB_ID']}.1:")
     assert {name: got[name] for name in want} == want
     assert got["RANK"] == "3" and got["MASTER_PORT"] != inherited["MASTER_PORT"]
     assert "OMP_NUM_THREADS" not in want or got["OMP_NUM_THREADS"] != "4"
     notes = resolve(inner).notes
     assert any("set by slurmenv's task prolog for step" in note for note in notes), notes
     # without the marker the same values are the batch script's: refused, as before
-    unmarked = {k: v for k, v in inner.items() if k != derive.SET_BY}
+    unmarked = {k: v for k, v in inner.items() if k != pipeline.SET_BY}
     with pytest.raises(SlurmEnvError) as info:
         resolve(unmarked)
     assert "probably exported" in str(info.value)
     # a marker for this very step: the values must agree, as any inherited value must
-    here = {**inner, derive.SET_BY: f"{inner['SLURM_JOB_ID']}.1:RANK"}
+    here = {**inner, pipeline.SET_BY: f"{inner['SLURM_JOB_ID']}.1:RANK"}
     with pytest.raises(SlurmEnvError):
         resolve(here)
 
 
 def test_the_marker_cannot_remove_a_slurm_variable() -> None:
-    env = {**STEP, derive.SET_BY: "1.0:SLURM_PROCID,SLURM_NTASKS,PATH"}
-    assert derive.set_for_another_step(env) is None
+    env = {**STEP, pipeline.SET_BY: "1.0:SLURM_PROCID,SLURM_NTASKS,PATH"}
+    assert pipeline.set_for_another_step(env) is None
     assert resolve(env).rank == 5
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import gpus, nodes, ports, tfconfig, threads
 from ..errors import SlurmEnvError, is_number, to_int
-from ..launchers import base, outside_step
+from ..launchers import base, batch
 from .context import Context, from_error, ports_here, rank_addresses, resolve_for_doctor
 from .registry import CHECKS, FUNCTIONS, NEEDS, check
 from .report import ERROR, OK, SKIPPED, WARNING, Check, Report
@@ -83,14 +83,14 @@ def _check_step(ctx: Context) -> Check:
     env = ctx.environ
     res = ctx.res
     if res is None:
-        if ctx.outside_step():
+        if ctx.in_batch_script():
             nodes_ = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "?"
             return Check(
                 "step", ERROR,
                 f"inside job {ctx.job} ({env.get('SLURM_NTASKS', '?')} tasks on {nodes_}) but "
                 "outside any job step: the batch script or an salloc shell, where every task "
                 "would get rank 0",
-                outside_step.OUTSIDE_STEP_FIX + "; run the doctor there too: srun slurmenv doctor",
+                batch.OUTSIDE_STEP_FIX + "; run the doctor there too: srun slurmenv doctor",
             )
         if ctx.job is not None and base.slurm_step_is_own(env):
             return Check("step", OK, f"a task of job step {ctx.job}.{ctx.step} (srun)")

@@ -112,11 +112,12 @@ class Context:
             return str(self.facts["hostname"])
         return self.environ.get("SLURMD_NODENAME") or "this node"
 
-    def outside_step(self) -> bool:
-        """In a Slurm job's batch script or salloc shell (no step of its own), where no
-        launcher resolved this task and none claims it: an MPI rank on mpirun's node carries
-        the batch script's variables too, and its launcher's refusal is its own."""
-        if self.res is not None or not base.outside_step(self.environ):
+    def in_batch_script(self) -> bool:
+        """In a Slurm job's batch script or salloc shell (no step of its own: the ``batch``
+        launcher), where no launcher resolved this task and none claims it: an MPI rank on
+        mpirun's node carries the batch script's variables too, and its launcher's refusal is
+        its own."""
+        if self.res is not None or not base.in_job_outside_steps(self.environ):
             return False
         from ..launchers import detect
 
@@ -126,7 +127,7 @@ class Context:
         if self.err is None:
             return None
         variable = self.err.variable or ""
-        if variable in _STEP_VARIABLES and self.outside_step():
+        if variable in _STEP_VARIABLES and self.in_batch_script():
             return "step"
         if variable in _PORT_VARIABLES:
             return "ports"
@@ -179,7 +180,7 @@ class Context:
         if res is not None:
             return f"rank {res.rank} of {res.world_size} on {self.node} ({res.label})"
         if self.job:
-            if self.outside_step():
+            if self.in_batch_script():
                 where = "outside any step"
             else:
                 where = f"step {self.step}" if self.step else "no step of its own"

@@ -1,10 +1,16 @@
 """The launcher registry: which launcher started this task, tried in order.
 
-Each entry names a module of this package (the interface is in ``base.py``). The signals
+Each entry names a module of this package (the interface every one meets is
+``contract.Launcher``; what they share is in ``base.py``). The signals
 overlap, so the order decides; the comment on each line says why it is there. Modules are
 imported in order only until one detects the task, and a module listed in :data:`SIGNALS` only
 when one of its signal variables is set: a Slurm step task imports ``slurm`` and no other
 launcher (start-up cost: ``docs/design.md``).
+
+This package is below the pipeline (``slurmenv/pipeline.py``), which drives detect, read,
+derive and the rival check: nothing here imports ``pipeline``, ``resolution`` or ``rivals``,
+and this ``__init__`` imports none of its own modules but by name (``load``), since each of
+them runs it first (``tests/test_imports.py``).
 """
 
 from __future__ import annotations
@@ -12,17 +18,8 @@ from __future__ import annotations
 from .._compat import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Mapping
     from types import ModuleType
-    from typing import TypeAlias
-
-    from ..options import Options
-    from ..resolution import Resolution
-    from .base import Task
-
-    #: The other processes of a node for the rival check (``rivals.py``): ``FIND`` (read
-    #: /proc when needed), ``(pid, environment)`` pairs, or None (not looked at).
-    Rivals: TypeAlias = str | Iterable[tuple[int | None, Mapping[str, str]]] | None
 
 REGISTRY = (
     # torchrun's workers (TORCHELASTIC_RUN_ID with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT):
@@ -48,7 +45,7 @@ REGISTRY = (
     # hidden): PALS_RANKID. After "slurm": a cray_shasta task carries PALS_RANKID equal to
     # SLURM_PROCID and Slurm's own variables stay its truth. Before the MPI launchers: PALS
     # ranks carry PMI_RANK/PMI_SIZE too. Never PBS_JOBID alone, which Slurm's spank_pbs plugin
-    # also sets. Before "outside_step": a PALS rank is its launcher's, even inside a job.
+    # also sets. Before "batch": a PALS rank is its launcher's, even inside a job.
     "pals",
     # MPI launchers: their ranks inherit a daemon step's or the batch script's SLURM_* (never
     # their own), so they come after "slurm" (which keeps srun --mpi=pmi2 tasks, whose PMI_*
@@ -67,7 +64,7 @@ REGISTRY = (
     # step): refused, except a job of exactly one task and salloc's interactive step (one
     # process each). After every launcher that can run inside a job, before the hand-set
     # variables, which a batch script often exports.
-    "outside_step",
+    "batch",
     # A pod of a Kubernetes training operator (KUBERNETES_SERVICE_HOST with RANK/WORLD_SIZE or
     # PET_NNODES): before "preset", which would take the operator's RANK (a pod index) as a
     # process rank on trust; after everything that runs inside a pod on its own (torchrun's
@@ -79,6 +76,18 @@ REGISTRY = (
     # No launcher variable at all: a single process on this machine, unless /proc shows a
     # Slurm task step whose variables were scrubbed (FALLBACK, evidence.py).
     "local",
+)
+
+#: The modules of this package that are not launchers: what launchers share or the docs
+#: need. Every other module here must be in REGISTRY (tests/test_registry.py), so a launcher
+#: written but not registered fails the suite instead of never detecting anything.
+HELPERS = (
+    "base",  # Task, Topology and the rules every launcher's read follows
+    "contract",  # the Launcher protocol every registered module meets (mypy and the tests)
+    "evidence",  # /proc evidence of a scrubbed Slurm step, for the single-process default
+    "mpi",  # what openmpi, hydra and mvapich share
+    "apinfo",  # the PALS apinfo file pals.py reads
+    "table",  # the docs' launcher tables, from each module's CLAIMS
 )
 
 #: Variables of which at least one must be set for a launcher's ``detect`` to be true: the
@@ -122,63 +131,3 @@ def detect(environ: Mapping[str, str]) -> ModuleType:
         if module.detect(environ):
             return module
     raise AssertionError("the last launcher of the registry detects every task")
-
-
-def read(environ: Mapping[str, str]) -> Task:
-    """The task of ``environ`` as the first launcher that detects it reads it (no derive:
-    options act on the address, ports and bindings only)."""
-    return detect(environ).read(environ)  # type: ignore[no-any-return]
-
-
-#: ``step_evidence`` default: look in /proc (only when the fallback is reached).
-FIND = "find"
-SCRUBBED_FIX = (
-    "keep the Slurm variables where slurmenv runs (apptainer exec without --cleanenv/"
-    "--containall, no env -i), or evaluate slurmenv before scrubbing and pass its variables in: "
-    "srun bash -c 'eval $(slurmenv export); apptainer exec --cleanenv --env RANK=$RANK,... "
-    "IMAGE python train.py' (or APPTAINERENV_* variables)"
-)
-
-
-def resolve(
-    environ: Mapping[str, str],
-    options: Options,
-    ephemeral: tuple[int, int] | None,
-    cpus: int | None = None,
-    step_evidence: str | None = FIND,
-    rivals: Rivals = FIND,
-) -> Resolution:
-    """Resolve with the first launcher that detects the task, through ``derive``.
-
-    A launcher marked ``FALLBACK`` (a single process because no launcher variable is set at
-    all) is refused when local evidence shows a Slurm task step whose variables were scrubbed:
-    ``step_evidence`` is that evidence (read from /proc by ``evidence.find`` unless given;
-    None: no evidence). ``rivals``: the other processes of this node for rank 0 of a launch
-    that is not a Slurm step (``rivals.py``; ``FIND``: read from /proc when needed, None: not
-    looked at).
-    """
-    from .. import derive
-
-    module = detect(environ)
-    task = module.read(environ)  # the fallback refuses a stray launcher variable first
-    if getattr(module, "FALLBACK", False):
-        if step_evidence == FIND:
-            from . import evidence
-
-            step_evidence = evidence.find()
-        if step_evidence:
-            from ..errors import SlurmEnvError
-
-            raise SlurmEnvError(
-                "no Slurm (or other launcher) variable is set, yet this process runs inside a "
-                f"Slurm job step: {step_evidence}. The environment was scrubbed (a container's "
-                "--cleanenv, env -i): as a single process, every task would train alone",
-                variable="SLURM_JOB_ID", value=None, fix=SCRUBBED_FIX,
-            )
-    res = derive.resolution(task, environ, options, ephemeral, cpus)
-    if task.launch_key is not None and task.rank == 0 and rivals is not None:
-        from .. import rivals as rival_launches  # rank 0 of an mpirun only
-
-        found = rival_launches.find(*task.launch_key) if isinstance(rivals, str) else rivals
-        rival_launches.check(task, environ, options, ephemeral, found, read, resolve)
-    return res

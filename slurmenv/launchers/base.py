@@ -2,17 +2,12 @@
 and the rules about Slurm variables and credentials that must live in one place.
 
 A launcher module (see ``launchers/__init__.py`` for the registry and ``docs/design.md`` for
-the recipe) declares::
-
-    NAME = "slurm"                      # shown to users; never compared by other modules
-    VARIABLES = ("SLURM_PROCID", ...)   # exact names it reads (dump, show, doctor use them)
-    PREFIXES = ()                       # name prefixes it reads (dump records them, redacted)
-    def detect(environ) -> bool         # cheap: presence/equality of variables only
-    def read(environ) -> Task           # raises SlurmEnvError naming the variable at fault
-
-and ``slurmenv/derive.py`` turns the Task into a Resolution (address, port, bindings). The
-helpers below (:func:`read_int`, :func:`optional_int`, :func:`agree`, :func:`node_sources`,
-:func:`hashed_id`) hold the rules every launcher's ``read`` follows, once.
+the recipe) declares what ``contract.Launcher`` lists (``NAME``, ``VARIABLES``, ``PREFIXES``,
+``TASK_VARIABLES``, ``FALLBACK``, ``WHY_EMPTY``, ``CLAIMS``, ``detect``, ``read``), and
+``slurmenv/pipeline.py`` (``derive``) turns the Task ``read`` gives into a Resolution
+(address, port, bindings). The helpers below (:func:`read_int`, :func:`optional_int`,
+:func:`agree`, :func:`node_sources`, :func:`hashed_id`) hold the rules every launcher's
+``read`` follows, once.
 """
 
 from __future__ import annotations
@@ -43,7 +38,7 @@ def step_id(environ: Mapping[str, str]) -> str | None:
     return environ.get("SLURM_STEP_ID") or environ.get("SLURM_STEPID") or None
 
 
-def outside_step(environ: Mapping[str, str]) -> bool:
+def in_job_outside_steps(environ: Mapping[str, str]) -> bool:
     """Inside a Slurm job but in no step of srun tasks: the batch script, an salloc shell, the
     extern step (the interactive step is a step of its own; see :func:`interactive_step`)."""
     if job_id(environ) is None:
@@ -148,7 +143,7 @@ class Topology:
     """The parts of a resolution that need the whole world's layout, computed on first use.
 
     Launchers subclass it; the base class knows nothing beyond this task, and each method
-    raises SlurmEnvError naming what is missing and the way out. ``derive`` calls
+    raises SlurmEnvError naming what is missing and the way out. ``pipeline.derive`` calls
     :meth:`use` before the Resolution is built, so ``tf_workers`` knows the ports and the
     address of each host.
     """

@@ -44,6 +44,12 @@ NAME = "slurm-het"
 VARIABLES = slurm.VARIABLES
 PREFIXES = slurm.PREFIXES
 SIGNALS = ("SLURM_HET_SIZE", "SLURM_PACK_SIZE")
+TASK_VARIABLES: tuple[str, ...] = ()
+FALLBACK = False  # not the single-process default (contract.Launcher)
+#: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
+WHY_EMPTY = {
+    "TASK_VARIABLES": "the variables of a heterogeneous step are Slurm's: slurm.py declares them",
+}
 #: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
 CLAIMS = (
     {

@@ -48,10 +48,15 @@ VARIABLES = (
     "SLURM_STEP_NUM_NODES", "SLURM_STEP_NUM_TASKS", "SLURM_NODEID", "SLURM_LOCALID",
     "SLURM_PROCID", "SLURM_STEP_RESV_PORTS",
 )  # fmt: skip
-PREFIXES: tuple[str, ...] = ()  # every variable read is named in VARIABLES
+PREFIXES: tuple[str, ...] = ()
 #: Set only in a rank Hydra started; not I_MPI_*/HYDRA_* settings (local.py).
 TASK_VARIABLES = (*COUNTS, "PMI_FD", "PMI_JOBID", "HYDI_CONTROL_FD")
 WHO = "Hydra's mpiexec"
+FALLBACK = False  # not the single-process default (contract.Launcher)
+#: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
+WHY_EMPTY = {
+    "PREFIXES": "every variable read is named in VARIABLES",
+}
 #: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
 CLAIMS = (
     {

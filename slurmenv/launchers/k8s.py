@@ -35,11 +35,16 @@ VARIABLES = (
     "MASTER_PORT", "PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR",
     "PET_MASTER_PORT", "JOB_COMPLETION_INDEX", "VC_TASK_INDEX", "VK_TASK_INDEX",
 )  # fmt: skip
-PREFIXES: tuple[str, ...] = ()  # every variable read is named in VARIABLES
+PREFIXES: tuple[str, ...] = ()
 #: A pod's index, set only in a pod of an indexed Job or a Volcano job: without RANK and
 #: WORLD_SIZE each such pod would train alone (local.py refuses). KUBERNETES_SERVICE_HOST is in
 #: every pod, and PET_* are torchrun's arguments, which slurmenv itself exports.
 TASK_VARIABLES = ("JOB_COMPLETION_INDEX", "VC_TASK_INDEX", "VK_TASK_INDEX")
+FALLBACK = False  # not the single-process default (contract.Launcher)
+#: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
+WHY_EMPTY = {
+    "PREFIXES": "every variable read is named in VARIABLES",
+}
 #: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
 CLAIMS = (
     {

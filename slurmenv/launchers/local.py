@@ -11,6 +11,13 @@ from .base import Task, Topology, node_sources
 NAME = "local"
 VARIABLES: tuple[str, ...] = ()
 PREFIXES: tuple[str, ...] = ()
+TASK_VARIABLES: tuple[str, ...] = ()
+#: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
+WHY_EMPTY = {
+    "VARIABLES": "it reads no variable: it is what no launcher variable gives",
+    "PREFIXES": "it reads no variable",
+    "TASK_VARIABLES": "no launcher starts it: it is the default when none of the others' is set",
+}
 #: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
 CLAIMS = (
     {
@@ -26,7 +33,7 @@ CLAIMS = (
     },
 )
 #: The single-process fallback: refused when /proc shows a scrubbed Slurm step
-#: (launchers.resolve, evidence.py); the only launcher that pays for reading /proc.
+#: (pipeline.resolve, evidence.py); the only launcher that pays for reading /proc.
 FALLBACK = True
 
 
@@ -97,7 +104,7 @@ def stray(environ: Mapping[str, str]) -> tuple[str, str] | None:
     owners: dict[str, list[str]] = {}
     for name in REGISTRY:
         module = load(name)
-        for variable in getattr(module, "TASK_VARIABLES", ()):
+        for variable in module.TASK_VARIABLES:  # required of every launcher (contract.py)
             owners.setdefault(variable, []).append(str(module.NAME))
     for variable, names in owners.items():
         if variable in environ:
@@ -113,12 +120,13 @@ def read(environ: Mapping[str, str]) -> Task:
         variable, launcher = found
         raise SlurmEnvError(
             f"{variable} is set, a variable that only a launcher ({launcher}) sets in the "
-            "processes it starts, but the rest of that launcher's variables is missing: as a "
-            "single process, every task would train alone",
+            "processes it starts, but the rest of that launcher's variables is missing (or "
+            "this is its job script, not one of its tasks): as a single process, every task "
+            "would train alone",
             variable=variable, value=environ[variable],
-            fix="keep all of the launcher's variables where slurmenv runs (a "
-            "container or env -i that passes only some of them loses the others; apptainer "
-            f"exec without --cleanenv), or unset {variable} to run a single process",
+            fix="run slurmenv in each task the launcher starts and keep all of its variables "
+            "there (a container or env -i that passes only some of them loses the others; "
+            f"apptainer exec without --cleanenv), or unset {variable} to run a single process",
         )
     return single_process(
         environ, NAME, "not inside a Slurm step",

@@ -31,10 +31,20 @@ VARIABLES = (
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
     "OMPI_COMM_WORLD_LOCAL_SIZE",
 )  # fmt: skip
-PREFIXES: tuple[str, ...] = ()  # every variable read is named in VARIABLES
-#: Set only in a task jsrun started (local.py refuses the single-process default then).
-TASK_VARIABLES = ("JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_LOCAL_RANK",
-                  "JSM_NAMESPACE_LOCAL_SIZE")
+PREFIXES: tuple[str, ...] = ()
+#: Set only in a task jsrun started, or in any process of an LSF job (LSB_JOBID, the job's
+#: hosts and slot count; never the LSB_DEFAULT* settings of a login profile): with any of them
+#: and no launcher detecting the task, local.py refuses the single-process default.
+TASK_VARIABLES = (
+    "JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_LOCAL_RANK",
+    "JSM_NAMESPACE_LOCAL_SIZE", "LSB_JOBID", "LSB_HOSTS", "LSB_MCPU_HOSTS", "LSB_DJOB_NUMPROC",
+    "LSB_DJOB_HOSTFILE", "LSB_DJOB_RANKFILE",
+)  # fmt: skip
+FALLBACK = False  # not the single-process default (contract.Launcher)
+#: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
+WHY_EMPTY = {
+    "PREFIXES": "every variable read is named in VARIABLES",
+}
 #: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
 CLAIMS = (
     {

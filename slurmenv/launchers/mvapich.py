@@ -26,10 +26,15 @@ COUNTS = (
 )
 VARIABLES = (*COUNTS, "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_NUM_TASKS",
              "SLURM_STEP_NUM_NODES", "SLURM_LOCALID")
-PREFIXES: tuple[str, ...] = ()  # every variable read is named in VARIABLES
+PREFIXES: tuple[str, ...] = ()
 #: Set only in a rank mpirun_rsh started; not MV2_* settings (local.py).
 TASK_VARIABLES = COUNTS
 WHO = "MVAPICH2's mpirun_rsh"
+FALLBACK = False  # not the single-process default (contract.Launcher)
+#: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
+WHY_EMPTY = {
+    "PREFIXES": "every variable read is named in VARIABLES",
+}
 #: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
 CLAIMS = (
     {

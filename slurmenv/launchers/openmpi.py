@@ -71,13 +71,18 @@ VARIABLES = (
     "SLURM_STEP_NODELIST", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_PROCID",
 )  # fmt: skip
 #: dump records every OMPI_* and PMIX_* (OMPI_MCA_orte_precondition_transports is redacted).
-PREFIXES: tuple[str, ...] = ()  # every variable read is named in VARIABLES
+PREFIXES: tuple[str, ...] = ()
 #: Set only in a rank Open MPI (or another PMIx launcher) started; not OMPI_MCA_* settings
 #: such as OMPI_MCA_btl, which users keep in their shell profiles (local.py).
 TASK_VARIABLES = (*COUNTS, "OMPI_COMM_WORLD_NODE_RANK", "OMPI_UNIVERSE_SIZE",
                   "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_hnp_uri", "PMIX_RANK",
                   "PMIX_NAMESPACE")
 WHO = "Open MPI's mpirun"
+FALLBACK = False  # not the single-process default (contract.Launcher)
+#: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
+WHY_EMPTY = {
+    "PREFIXES": "every variable read is named in VARIABLES",
+}
 #: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
 CLAIMS = (
     {

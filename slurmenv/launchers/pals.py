@@ -10,7 +10,7 @@ file (``apinfo.py``) telling every rank's node and local index and every node's 
 whole layout and rank 0's host come from it. Every value present is checked against the file.
 
 * ``PMI_CONTROL_PORT`` lists ports libpals itself binds on every node: never ``MASTER_PORT``
-  (the shared port precedence in ``derive.py`` skips them, for every launcher).
+  (the shared port precedence in ``pipeline.derive`` skips them, for every launcher).
 * Without ``PALS_APINFO``, ``PBS_NODEFILE``'s first host is rank 0's node only when mpiexec
   used the default host file (no ``--hostfile``/``--hosts``): the source sentence says so.
 * Port seed: ``PBS_JOBID`` (its number) with the launch's ``PALS_APID`` hashed, taken outside
@@ -33,12 +33,17 @@ VARIABLES = (
     "PALS_APID", "PMI_RANK", "PMI_SIZE", "PMI_LOCAL_RANK", "PMI_LOCAL_SIZE", "PMI_CONTROL_PORT",
     "PBS_JOBID", "PBS_NODEFILE", "PBS_ENVIRONMENT",
 )  # fmt: skip
-PREFIXES: tuple[str, ...] = ()  # every variable read is named in VARIABLES
+PREFIXES: tuple[str, ...] = ()
 #: Set only in a rank PALS started (local.py refuses the single-process default then); PMI_*
 #: also by srun --mpi=pmi2 and Hydra, whose modules list them too.
 TASK_VARIABLES = ("PALS_RANKID", "PALS_NODEID", "PALS_LOCAL_RANKID", "PALS_LOCAL_SIZE",
                   "PALS_APID", "PALS_APINFO", "PMI_RANK", "PMI_SIZE", "PMI_LOCAL_RANK",
                   "PMI_LOCAL_SIZE")
+FALLBACK = False  # not the single-process default (contract.Launcher)
+#: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
+WHY_EMPTY = {
+    "PREFIXES": "every variable read is named in VARIABLES",
+}
 #: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
 CLAIMS = (
     {

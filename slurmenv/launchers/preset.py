@@ -16,6 +16,16 @@ VARIABLES = REQUIRED + (
     "TF_CONFIG", "HOSTNAME",
 )
 PREFIXES: tuple[str, ...] = ()
+TASK_VARIABLES: tuple[str, ...] = ()
+FALLBACK = False  # not the single-process default (contract.Launcher)
+#: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
+WHY_EMPTY = {
+    "PREFIXES": "every variable read is named in VARIABLES",
+    "TASK_VARIABLES": (
+        "set by hand, not by a launcher: any rank-like variable makes this module "
+        "detect the task, so the fallback never sees one"
+    ),
+}
 #: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
 CLAIMS = (
     {

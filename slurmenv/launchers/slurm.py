@@ -26,6 +26,8 @@ VARIABLES = (
     "SLURM_HET_SIZE", "SLURM_PACK_SIZE",
 )  # fmt: skip
 PREFIXES = ("SLURM_JOB_NODELIST_HET_GROUP_", "SLURM_JOB_NODELIST_PACK_GROUP_")
+FALLBACK = False  # not the single-process default (contract.Launcher)
+WHY_EMPTY: dict[str, str] = {}  # no field is empty (contract.Launcher)
 #: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
 CLAIMS = (
     {

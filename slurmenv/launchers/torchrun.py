@@ -22,10 +22,15 @@ VARIABLES = (
     MARKER, "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
     "NODE_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "NNODES", "TF_CONFIG", "HOSTNAME",
 )  # fmt: skip
-PREFIXES: tuple[str, ...] = ()  # every variable read is named in VARIABLES
+PREFIXES: tuple[str, ...] = ()
 #: Set only in a process torchrun started (local.py refuses the single-process default then).
 TASK_VARIABLES = (MARKER, "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
                   "ROLE_RANK", "ROLE_WORLD_SIZE")
+FALLBACK = False  # not the single-process default (contract.Launcher)
+#: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
+WHY_EMPTY = {
+    "PREFIXES": "every variable read is named in VARIABLES",
+}
 #: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
 CLAIMS = (
     {

@@ -1,4 +1,5 @@
-"""``slurmenv torchrun``: one ``torchrun`` per node of a Slurm step, its options filled in.
+"""``slurmenv torchrun``: one ``torchrun`` per node of a Slurm step, its options filled in
+(the command; the launcher that reads the workers torchrun starts is ``launchers/torchrun.py``).
 
 Typical use, in a batch script::
 

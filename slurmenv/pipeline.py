@@ -1,6 +1,20 @@
-"""From a launcher's :class:`~slurmenv.launchers.base.Task` to the one :class:`Resolution`.
+"""The pipeline: from one task's environment to its :class:`Resolution`.
 
-Shared by every launcher, so each rule lives once:
+:func:`resolve` conducts it, above the launchers (``launchers/`` imports nothing of this
+module, nor of ``resolution`` or ``rivals``):
+
+1. **detect**: the first module of ``launchers.REGISTRY`` whose ``detect`` is true (or the one
+   ``--launcher``/``SLURMENV_LAUNCHER`` names, refused when its ``detect`` is false);
+2. **read**: its ``read`` gives a :class:`~slurmenv.launchers.base.Task`;
+3. **fallback evidence**: the single-process default (the module marked ``FALLBACK``) is refused
+   when /proc shows a Slurm task step whose variables were scrubbed (``launchers/evidence.py``);
+4. **derive** (:func:`derive`): the address, the ports, the inherited checks and the bindings,
+   the same for every launcher;
+5. **rivals**: rank 0 of a launch with a ``launch_key`` runs this same pipeline on the other
+   processes of its node (``rivals.find``) and refuses a MASTER_PORT another launch's rank 0
+   also resolves to (``rivals.py`` holds the rules, this module the loop).
+
+What :func:`derive` shares, so each rule lives once:
 
 * inherited values: rank-like variables already set must agree with the task's own;
 * ``MASTER_ADDR``: a value the launcher fixed > the explicit ``master_addr`` option > the
@@ -9,9 +23,8 @@ Shared by every launcher, so each rule lives once:
 * ``MASTER_PORT``: a value the launcher fixed > the explicit ``--port``/``SLURMENV_PORT`` >
   an inherited ``MASTER_PORT`` > ports Slurm reserved > the formula from the launcher's port
   seed (``ports.block_ports``; ``ports.launch_ports`` for a task with a ``launch_key``, whose
-  rank 0 ``launchers.resolve`` then checks for rival launches, ``rivals.py``) > a free port for
-  a single process > refused, asking for ``--port``; every chosen port is checked against the
-  ephemeral range;
+  rank 0 :func:`resolve` then checks for rival launches) > a free port for a single process >
+  refused, asking for ``--port``; every chosen port is checked against the ephemeral range;
 * ports an MPI runtime binds itself (:data:`ports.RUNTIME_PORTS`: libpals's ``PMI_CONTROL_PORT``)
   are never ``MASTER_PORT`` nor a TensorFlow port, whichever step of the precedence chose them;
 * GPU lists and thread counts (``gpus.py``, ``threads.py``) when the task's Slurm variables
@@ -20,7 +33,7 @@ Shared by every launcher, so each rule lives once:
 
 from __future__ import annotations
 
-from . import ports
+from . import launchers, ports
 from ._compat import TYPE_CHECKING
 from .errors import SlurmEnvError, parse_int
 from .launchers.base import Task
@@ -29,10 +42,15 @@ from .render import RANK_FIELDS
 from .resolution import Resolution
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
-    from typing import Any
+    from collections.abc import Callable, Iterable, Mapping
+    from types import ModuleType
+    from typing import Any, TypeAlias
 
     from .launchers.base import AddressOf
+
+    #: The other processes of a node for the rival check (``rivals.py``): ``FIND`` (read
+    #: /proc when needed), ``(pid, environment)`` pairs, or None (not looked at).
+    Rivals: TypeAlias = str | Iterable[tuple[int | None, Mapping[str, str]]] | None
 
 #: Rank-like variables another layer (often the batch script) may have set: each must agree
 #: with the task's own value, for every launcher, or the resolution is refused.
@@ -64,7 +82,125 @@ ADDR_FIX = "pass the address of rank 0's node with --master-addr (or SLURMENV_MA
 PORT_FIX = "give a port with --port (or SLURMENV_PORT), the same in every task"
 
 
-def resolution(
+# -- the conductor -----------------------------------------------------------------------------
+#: ``step_evidence`` and ``rivals`` default: look in /proc (only when needed).
+FIND = "find"
+SCRUBBED_FIX = (
+    "keep the Slurm variables where slurmenv runs (apptainer exec without --cleanenv/"
+    "--containall, no env -i), or evaluate slurmenv before scrubbing and pass its variables in: "
+    "srun bash -c 'eval $(slurmenv export); apptainer exec --cleanenv --env RANK=$RANK,... "
+    "IMAGE python train.py' (or APPTAINERENV_* variables)"
+)
+
+
+def resolve(
+    environ: Mapping[str, str],
+    options: Options,
+    ephemeral: tuple[int, int] | None,
+    cpus: int | None = None,
+    step_evidence: str | None = FIND,
+    rivals: Rivals = FIND,
+) -> Resolution:
+    """Detect, read, check the fallback's evidence, derive, check rivals (module docstring).
+
+    ``step_evidence`` is local evidence of a Slurm task step for the single-process default
+    (read from /proc by ``evidence.find`` unless given; None: no evidence). ``rivals``: the
+    other processes of this node for rank 0 of a launch that is not a Slurm step (``FIND``:
+    read from /proc when needed, None: not looked at).
+    """
+    module = launcher_of(environ, options)
+    task: Task = module.read(environ)  # the fallback refuses a stray launcher variable first
+    if module.FALLBACK:
+        if step_evidence == FIND:
+            from .launchers import evidence
+
+            step_evidence = evidence.find()
+        if step_evidence:
+            raise SlurmEnvError(
+                "no Slurm (or other launcher) variable is set, yet this process runs inside a "
+                f"Slurm job step: {step_evidence}. The environment was scrubbed (a container's "
+                "--cleanenv, env -i): as a single process, every task would train alone",
+                variable="SLURM_JOB_ID", value=None, fix=SCRUBBED_FIX,
+            )
+    res = derive(task, environ, options, ephemeral, cpus)
+    if task.launch_key is not None and task.rank == 0 and rivals is not None:
+        check_rivals(task, environ, options, ephemeral, rivals)
+    return res
+
+
+LAUNCHER_FIX = (
+    "unset SLURMENV_LAUNCHER (or drop --launcher) to let slurmenv detect the launcher, or run "
+    "where that launcher started the task"
+)
+
+
+def launcher_of(environ: Mapping[str, str], options: Options) -> ModuleType:
+    """The launcher module that reads this task: the one ``options.launcher`` names (refused
+    when its ``detect`` is false here), else the registry's first that detects it."""
+    name = options.launcher
+    if name is None:
+        return launchers.detect(environ)
+    module = launchers.load(name)
+    if module.detect(environ):
+        return module
+    own = module.TASK_VARIABLES or module.VARIABLES
+    missing = [variable for variable in own if not environ.get(variable)]
+    shown = ", ".join(missing[:4]) + (", ..." if len(missing) > 4 else "")
+    if missing and len(missing) < len(own):
+        told = f"{len(missing)} of its {len(own)} variables are unset or empty ({shown})"
+    elif missing:
+        told = f"none of its variables is set ({shown})"
+    else:
+        told = "its variables are set, but it does not take this task as its own"
+    detected = launchers.detect(environ)
+    raise SlurmEnvError(
+        f"the launcher {name} was chosen (--launcher, SLURMENV_LAUNCHER or launcher=), but it "
+        f"does not detect this task: {told}; without the choice, slurmenv detects "
+        f"{detected.NAME}",
+        variable="SLURMENV_LAUNCHER", value=name, fix=LAUNCHER_FIX,
+    )
+
+
+def read(environ: Mapping[str, str]) -> Task:
+    """The task of ``environ`` as the first launcher that detects it reads it (no derive:
+    options act on the address, ports and bindings only)."""
+    task: Task = launchers.detect(environ).read(environ)
+    return task
+
+
+def check_rivals(
+    task: Task,
+    environ: Mapping[str, str],
+    options: Options,
+    ephemeral: tuple[int, int] | None,
+    rivals: Rivals,
+) -> None:
+    """Rank 0 of a launch with a ``launch_key``: each process of another launch on this node
+    (``rivals.find``, or the ``rivals`` given) goes through this same pipeline, without
+    evidence or rivals of its own; a rank 0 with our MASTER_PORT refuses ours
+    (``rivals.refuse_same_port``)."""
+    from . import rivals as rival_launches  # rank 0 of an mpirun, a PALS mpiexec, a Flux job
+    from .options import from_environ
+
+    assert task.launch_key is not None
+    found = rival_launches.find(*task.launch_key) if isinstance(rivals, str) else rivals or ()
+    plan = port_plan(task, environ, options, ephemeral)
+    given = rival_launches.command_line(options, environ)
+    for pid, env, other_key in rival_launches.other_launches(task.launch_key, found):
+        try:
+            theirs = from_environ(env, **given)
+            if launcher_of(env, theirs).read(env).rank != 0:  # cheaper than a resolution:
+                continue  # most are other ranks
+            other = resolve(env, theirs, None, 1, None, None)
+        except Exception:  # noqa: BLE001, S112 - another process's variables, however broken,
+            # never crash this rank 0: a rank that cannot resolve never binds a port through
+            # slurmenv
+            continue
+        rival_launches.refuse_same_port(task.launch_key, environ, plan, pid, other_key, other)
+
+
+# -- derive: Task -> Resolution ---------------------------------------------------------------
+def derive(
     task: Task,
     environ: Mapping[str, str],
     options: Options,
@@ -271,7 +407,7 @@ def port_plan(
         port, why, variable = explicit
         if port in taken:
             raise _runtime_port(port, why, taken, variable)
-        tf = [port + 1 + k for k in range(per_node + len(taken)) if port + 1 + k <= 65535]
+        tf = [port + 1 + k for k in range(per_node + len(taken)) if port + 1 + k <= ports.LAST_PORT]
         tf = [p for p in tf if p not in taken][:per_node]
         plan = ports.Ports(port, tf, f"{why}; TensorFlow ports follow it", variable)
     elif task.reserved_ports is not None:

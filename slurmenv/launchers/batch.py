@@ -1,5 +1,7 @@
-"""Inside a Slurm job but in no step of srun tasks: the batch script, an salloc shell, the
-extern step. Evaluated there, every task of a later ``srun`` would get rank 0: refused.
+"""Inside a Slurm job but in no step of srun tasks (``base.in_job_outside_steps``): the batch
+script, an salloc shell, the extern step. Evaluated there, every task of a later ``srun`` would
+get rank 0: refused. (The registry's ``batch``; its NAME, shown to users, is
+``slurm-outside-step``.)
 
 salloc's interactive step (``LaunchParameters=use_interactive_step``) runs one process: it
 resolves as a single process.
@@ -11,7 +13,14 @@ from collections.abc import Mapping
 
 from ..errors import SlurmEnvError
 from . import local
-from .base import Task, foreign_mpi, interactive_step, job_id, outside_step, step_id
+from .base import (
+    Task,
+    foreign_mpi,
+    in_job_outside_steps,
+    interactive_step,
+    job_id,
+    step_id,
+)
 
 NAME = "slurm-outside-step"
 #: The task is in the batch script or an salloc shell: doctor's "step" check reports this
@@ -24,6 +33,13 @@ VARIABLES = (
     "SLURM_NNODES", "SLURM_TASKS_PER_NODE",
 )  # fmt: skip
 PREFIXES: tuple[str, ...] = ()
+TASK_VARIABLES: tuple[str, ...] = ()
+FALLBACK = False  # not the single-process default (contract.Launcher)
+#: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
+WHY_EMPTY = {
+    "PREFIXES": "every variable read is named in VARIABLES",
+    "TASK_VARIABLES": "the variables of a Slurm job: slurm.py declares them",
+}
 #: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
 CLAIMS = (
     {
@@ -55,7 +71,8 @@ def detect(environ: Mapping[str, str]) -> bool:
 def refuse(environ: Mapping[str, str]) -> SlurmEnvError:
     """The error for the batch script / salloc shell: the bug that gives every task rank 0."""
     step = step_id(environ)
-    foreign = None if outside_step(environ) or interactive_step(environ) else foreign_mpi(environ)
+    outside = in_job_outside_steps(environ) or interactive_step(environ)
+    foreign = None if outside else foreign_mpi(environ)
     if foreign is not None:
         name, value, against = foreign
         return SlurmEnvError(
@@ -89,7 +106,7 @@ def one_task_job(environ: Mapping[str, str]) -> str | None:
     ``--ntasks-per-node`` was given (``sbatch -N1`` alone leaves them unset: no evidence), so
     the count must be explicit; ``SLURM_JOB_NUM_NODES``/``SLURM_NNODES`` must say one node.
     """
-    if not outside_step(environ):
+    if not in_job_outside_steps(environ):
         return None
     tasks = next((n for n in ("SLURM_NTASKS", "SLURM_NPROCS") if environ.get(n)), None)
     nodes = next((n for n in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES") if environ.get(n)), None)
