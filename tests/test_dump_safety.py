@@ -182,3 +182,124 @@ def test_doctor_of_malformed_probe_facts_reports_the_check_skipped(
     main(["doctor", "--from", path])
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err and "slurmenv doctor" in out
+
+
+# -- what a dump copies (issue 26) -----------------------------------------------------------
+def test_the_issue_command_stores_no_environment_and_a_private_file(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The issue's own command, as a real process: SLURM_HOSTFILE=/proc/self/environ copied
+    the whole environment, token included, into a file every user could read."""
+    import subprocess
+
+    done = subprocess.run(
+        ["env", "-i", f"PATH={os.environ['PATH']}", "GITHUB_TOKEN=ghp_x",
+         "SLURM_DISTRIBUTION=arbitrary", "SLURM_HOSTFILE=/proc/self/environ",
+         "slurmenv", "dump", "-o", "d.json"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    written = tmp_path / "d.json"
+    assert written.stat().st_mode & 0o777 == 0o600
+    text = written.read_text()
+    assert "ghp_x" not in text and "GITHUB_TOKEN" not in text
+    data = json.loads(text)
+    assert data["files"] == {} and data["binary_files"] == {}
+    assert "/proc" in data["files_not_recorded"]["SLURM_HOSTFILE"]
+
+
+def hostfile_env(path: pathlib.Path) -> dict[str, str]:
+    return synth.step_env(["r1n09", "r2n10"], [1, 2], 1, "arbitrary",
+                          hostfile_hosts=["r2n10", "r1n09", "r2n10"], SLURM_HOSTFILE=str(path))
+
+
+def test_a_link_to_a_pseudo_file_is_not_followed_into_the_dump(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nor into the recorded resolution: the layout's refusal would quote the file's text."""
+    monkeypatch.setenv("LEAK_CHECK_TOKEN", "zz-secret-zz")
+    for target in ("/proc/self/environ", "/proc/self/cmdline", "/sys/kernel/notes",
+                   "/dev/null"):
+        link = tmp_path / "hosts"
+        link.unlink(missing_ok=True)
+        link.symlink_to(target)
+        data = dump.collect(hostfile_env(link))
+        assert "SLURM_HOSTFILE" not in data["files"] | data["binary_files"], target
+        assert "SLURM_HOSTFILE" in data["files_not_recorded"], target
+        assert "zz-secret-zz" not in json.dumps(data)
+        assert "cannot be read here" in json.dumps(data["resolution"])
+
+
+def test_a_bind_mounted_proc_is_still_a_pseudo_file() -> None:
+    from slurmenv.dump import capture
+
+    assert capture._on_pseudo_filesystem("/proc/self/environ")
+    assert capture._on_pseudo_filesystem("/proc/self/root/proc/self/environ")
+    assert not capture._on_pseudo_filesystem(__file__)
+
+
+@pytest.mark.parametrize("content", [
+    "GITHUB_TOKEN=ghp_x\n", "r2n10\nr1n09\nghp_0123456789abcdef\n",
+    "r2n10\nr1n09\nAKIAABCDEFGHIJKLMNOP\n", "PATH=/usr/bin\0HOME=/root\0",
+    "x = 3\n", "r1n09 'quoted'\n", "r2n10\nr1n09\nr[2-\n", "\xff\xfe",
+])
+def test_only_a_host_file_that_parses_and_holds_no_token_is_recorded(
+    tmp_path: pathlib.Path, content: str
+) -> None:
+    path = tmp_path / "hosts"
+    path.write_bytes(content.encode("utf-8", "surrogateescape") if content != "\xff\xfe"
+                     else b"\xff\xfe")
+    for name in ("SLURM_HOSTFILE", "PBS_NODEFILE", "LSB_DJOB_RANKFILE", "PALS_APINFO"):
+        env = {**hostfile_env(path), name: str(path)}
+        data = dump.collect(env)
+        assert name not in data["files"] | data["binary_files"], name
+        assert name in data["files_not_recorded"], name
+        text = json.dumps(data)
+        assert "ghp_" not in text and "AKIA" not in text and "HOME=" not in text
+
+
+def test_a_real_host_file_and_a_real_apinfo_file_are_recorded(tmp_path: pathlib.Path) -> None:
+    hosts = tmp_path / "hosts"
+    hosts.write_text("r2n10\nr1n09\nr2n10\n")
+    apinfo = next((pathlib.Path(__file__).parent / "fixtures" / "pals").glob("*.apinfo"))
+    env = {**hostfile_env(hosts), "PBS_NODEFILE": str(hosts), "PALS_APINFO": str(apinfo)}
+    data = dump.collect(env)
+    assert data["files"]["SLURM_HOSTFILE"] == data["files"]["PBS_NODEFILE"] == hosts.read_text()
+    assert "PALS_APINFO" in data["binary_files"] and "files_not_recorded" not in data
+
+
+@pytest.mark.parametrize(("line", "secret"), [
+    ("GITHUB_TOKEN=ghp_x", True), ("export AWS_SECRET_ACCESS_KEY=abc", True),
+    ("password: hunter2", True), ("OMPI_MCA_orte_precondition_transports=1-2", True),
+    ("glpat-abcdef", True), ("eyJhbGciOiJIUzI1NiJ9.e30.x", True), ("-----BEGIN OPENSSH", True),
+    ("r1n09", False), ("c[1-4]", False), ("node7:8", False), ("SLURM_PROCID=3", False),
+])
+def test_a_token_looking_line_is_the_variables_rule(line: str, secret: bool) -> None:
+    from slurmenv.launchers import base
+
+    assert base.looks_like_credential(line) is secret
+    # one rule: every word that makes a variable a credential makes a NAME=value line one
+    for word in base.CREDENTIAL_WORDS:
+        assert base.looks_like_credential(f"MY_{word}=v") and base.is_credential(f"MY_{word}")
+
+
+def test_every_dump_file_is_private(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_env(monkeypatch, {**synth.step_env(HOSTS, [2, 2, 2, 2], 1), "SLURMD_NODENAME": "r1n09",
+                          "SLURM_JOB_ID": "77"})
+    monkeypatch.chdir(tmp_path)
+    old = os.umask(0o000)
+    try:
+        assert main(["dump"]) == 0
+        assert main(["dump", "-o", "%N-%j.json"]) == 0
+        replaced = tmp_path / "replaced.json"
+        replaced.write_text("{}")
+        replaced.chmod(0o666)
+        assert main(["dump", "-o", str(replaced), "--force"]) == 0
+    finally:
+        os.umask(old)
+    written = sorted(tmp_path.glob("*.json"))
+    assert {p.name for p in written} >= {"r1n09-77.json", "replaced.json"} and len(written) == 3
+    for path in written:
+        assert path.stat().st_mode & 0o777 == 0o600, path

@@ -18,12 +18,9 @@ from .._compat import NamedTuple
 from ..errors import SlurmEnvError
 from ..resolution import Resolution
 from .allowlist import FILE_VARIABLES
-from .capture import FORMAT, FORMAT_KEY, error_dict, record
+from .capture import FORMAT, FORMAT_KEY, error_dict, record, unrecorded_path
 
 FREE_PORT_SOURCE = "a port free on 127.0.0.1 now"  # derive.FREE_PORT_SOURCE, also in old dumps
-#: The file a replay points a variable of FILE_VARIABLES at when the dump holds no copy of its
-#: file: never the replaying machine's file of that name.
-NOT_RECORDED = "not-recorded-in-the-dump"
 
 
 class Dump(NamedTuple):
@@ -62,7 +59,7 @@ class Dump(NamedTuple):
             copies += [(name, base64.b64decode(content)) for name, content in self.binary_files.items()]
             for name in FILE_VARIABLES:  # a file the dump did not record is not read here
                 if name in env:
-                    env[name] = os.path.join(tmp, NOT_RECORDED, name.lower())
+                    env[name] = unrecorded_path(name)
             for name, content in copies:
                 if name not in FILE_VARIABLES:
                     continue
