@@ -303,3 +303,178 @@ def test_every_dump_file_is_private(
     assert {p.name for p in written} >= {"r1n09-77.json", "replaced.json"} and len(written) == 3
     for path in written:
         assert path.stat().st_mode & 0o777 == 0o600, path
+
+
+# -- replaying is bounded (issue 26) ---------------------------------------------------------
+def largest_step_dump_text() -> str:
+    """The text of a dump of the largest step slurmenv resolves: 100,000 nodes whose names do
+    not compress, 8 tasks each, -m arbitrary with the largest host file a dump records,
+    written as ``slurmenv dump`` writes (indent=1)."""
+    nodes, per = 100_000, 8
+    hosts = [f"rack{(i * 7919) % 1_000_000:06d}x{i}" for i in range(nodes)]
+    data = dict(HEALTHY)
+    data["environ"] = {**HEALTHY["environ"], "SLURM_STEP_NODELIST": ",".join(hosts),
+                       "SLURM_JOB_NODELIST": ",".join(hosts), "SLURM_NODELIST": ",".join(hosts),
+                       "SLURM_DISTRIBUTION": "arbitrary", "SLURM_HOSTFILE": "/spool/hosts"}
+    line = "\n".join(hosts)
+    data["files"] = {"SLURM_HOSTFILE": (line * (dump.FILE_LIMIT // len(line) + 1))[
+        : dump.FILE_LIMIT]}
+    data["resolution"] = {**HEALTHY["resolution"], "layout": {
+        "hosts": hosts, "node_of": [r // per for r in range(nodes * per)],
+        "local_of": [r % per for r in range(nodes * per)]}}
+    return json.dumps(data, indent=1) + "\n"
+
+
+def test_the_largest_step_s_dump_is_within_every_bound() -> None:
+    """The limits are set from this dump (measured: 49 MB without the host file, 288 MB
+    peak to replay), with margin: a limit lowered below a real dump fails here."""
+    from slurmenv.dump import replay
+
+    text = largest_step_dump_text()
+    assert len(text.encode()) * 1.3 < dump.LOAD_LIMIT
+    assert replay._parse_cost(text) * 1.3 < dump.LOAD_COST_LIMIT
+    assert not replay._too_deep(json.loads(text), dump.LOAD_DEPTH_LIMIT - 20)
+
+
+def test_the_cost_estimate_is_an_upper_bound_of_the_parsed_size() -> None:
+    """_parse_cost counts characters; what json.loads builds is measured here, for every kind
+    of value, so the bound holds for what the estimate lets through."""
+    import sys
+
+    def size(value: Any) -> int:
+        seen = 0
+        counted: set[int] = set()
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if id(item) in counted:  # shared: json's memoized keys, small ints, True
+                continue
+            counted.add(id(item))
+            seen += sys.getsizeof(item)
+            if isinstance(item, dict):
+                stack.extend(item.keys())
+                stack.extend(item.values())
+            elif isinstance(item, list):
+                stack.extend(item)
+        return seen
+
+    from slurmenv.dump import replay
+
+    n = 20_000
+    for text in (
+        "[" + ",".join(["[]"] * n) + "]", "[" + ",".join(["{}"] * n) + "]",
+        "[" + ",".join(['"ab"'] * n) + "]", "[" + ",".join(['"abcdefgh"'] * n) + "]",
+        "[" + ",".join(["123456789"] * n) + "]", "[" + ",".join(["true"] * n) + "]",
+        "{" + ",".join(f'"{i:x}":"v{i}"' for i in range(n)) + "}",
+        "[" + ",".join(['{"a":[1]}'] * n) + "]", "[" + ",".join(['{"a":1,"b":2}'] * n) + "]",
+        "[" + ",".join(["[1,2,3,4,5]"] * n) + "]", json.dumps(HEALTHY),
+    ):
+        assert size(json.loads(text)) + 2 * len(text) <= replay._parse_cost(text), text[:20]
+
+
+CRAFTED = {  # 40 MB each: the issue's crafted dump took 1 GB and 5 s
+    "lists": "[]", "dicts": "{}", "short strings": '"ab"', "numbers": "1.5", "keys": None,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CRAFTED))
+def test_a_crafted_40_mb_dump_is_refused_before_it_is_parsed(
+    tmp_path: pathlib.Path, kind: str
+) -> None:
+    """Refused under a 700 MB address-space limit, as a real process: the refusal names the
+    dump, never 'out of memory'."""
+    import resource
+    import subprocess
+
+    item = CRAFTED[kind]
+    count = 40_000_000 // (len(item) + 1) if item else 40_000_000 // 12
+    body = ",".join([item] * count) if item else ",".join(
+        f'"{i:x}":""' for i in range(count))
+    text = ('{"slurmenv_dump": 1, "environ": {}, "probe": {"x": ' +
+            (f"[{body}]" if item else f"{{{body}}}") + "}}")
+    path = tmp_path / "crafted.json"
+    path.write_text(text)
+    with pytest.raises(SlurmEnvError) as info:
+        dump.load(str(path))
+    assert info.value.variable == "--from"
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (700 << 20, 700 << 20))
+
+    commands = [["show", "--from", str(path)]]
+    if kind == "lists":  # the same load(): once is enough for doctor
+        commands.append(["doctor", "--from", str(path)])
+    for command in commands:
+        done = subprocess.run(["slurmenv", *command], capture_output=True, text=True,
+                              preexec_fn=limit, timeout=300, check=False)
+        assert done.returncode in (1, 2), done.stderr
+        assert "variable: --from=" in done.stderr and "out of memory" not in done.stderr
+        assert "LOAD_COST_LIMIT" in done.stderr or "fractional number" in done.stderr
+
+
+def nested(depth: int) -> Any:
+    value: Any = {"error": "x"}
+    for _ in range(depth):
+        value = {"summary": value}
+    return value
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("resolution", {"summary": []}), ("resolution", {"summary": "x"}),
+    ("resolution", {"summary": {"sources": []}}), ("resolution", {"summary": {"sources": {"A": 1}}}),
+    ("resolution", {"summary": {}, "env": [1]}), ("resolution", {"summary": {}, "env": {"A": 1}}),
+    ("resolution", {"summary": {}, "layout": {"hosts": "a"}}),
+    ("resolution", {"summary": {}, "layout": {"hosts": [], "node_of": ["0"], "local_of": []}}),
+    ("resolution", {"error": 3}), ("resolution", {"error": "x", "variable": []}),
+    ("resolution", {"error": "x", "extra": 1}), ("resolution", nested(900)),
+    ("resolution", nested(40)), ("probe", nested(40)), ("hostname", ["x"]),
+    ("hostname", "h" * 201), ("created", {}), ("slurmenv_version", 3),
+    ("files_not_recorded", {"SLURM_HOSTFILE": 1}),
+])
+def test_show_and_doctor_refuse_a_malformed_field_naming_it(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], field: str, value: Any
+) -> None:
+    """show --from gave a traceback for these (AttributeError, RecursionError), doctor --from
+    refused some: both now refuse each in load(), one check for both."""
+    path = crafted(tmp_path, **{field: value})
+    assert main(["show", "--from", path]) == 1
+    _, err = capsys.readouterr()
+    assert "internal error" not in err and "variable: --from=" in err
+    assert f"'{field}" in err or "nest" in err, err
+    assert main(["doctor", "--from", path]) == 2
+    _, err = capsys.readouterr()
+    assert "internal error" not in err and "variable: --from=" in err
+
+
+RESOLUTIONS = st.fixed_dictionaries(
+    {}, optional={"summary": JSON | st.fixed_dictionaries({}, optional={
+        "sources": JSON | st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=3),
+        "master_port": JSON, "rank": JSON}),
+        "env": JSON, "layout": JSON | st.fixed_dictionaries({}, optional={
+            "hosts": JSON, "node_of": JSON, "local_of": JSON}),
+        "error": JSON, "variable": JSON, "value": JSON, "fix": JSON},
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(changes=st.dictionaries(
+    st.sampled_from([*FIELDS, "files_not_recorded"]), JSON, max_size=3),
+    resolution=st.none() | RESOLUTIONS)
+def test_show_and_doctor_from_any_dump_report_or_refuse(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], changes: dict[str, Any],
+    resolution: dict[str, Any] | None,
+) -> None:
+    """Every dump field, through the command line: a complete report or a clean refusal, never
+    a traceback ('internal error', exit 70), for show --from (text and --json) and doctor."""
+    if resolution is not None:
+        changes = {**changes, "resolution": {**HEALTHY["resolution"], **resolution}}
+    path = crafted(tmp_path, **changes)
+    for command, ok in ((["show", "--from", path], (0, 1)),
+                        (["show", "--from", path, "--json"], (0, 1)),
+                        (["doctor", "--from", path], (0, 1, 2))):
+        status = main(command)
+        out, err = capsys.readouterr()
+        assert status in ok, (command, err)
+        assert "internal error" not in err and "Traceback" not in out + err
+        assert out or "slurmenv: error:" in err

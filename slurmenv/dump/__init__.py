@@ -52,6 +52,8 @@ from .command import build_parser as build_parser
 from .command import main as main
 from .command import options_from_args as options_from_args
 from .replay import FREE_PORT_SOURCE as FREE_PORT_SOURCE
+from .replay import LOAD_COST_LIMIT as LOAD_COST_LIMIT
+from .replay import LOAD_DEPTH_LIMIT as LOAD_DEPTH_LIMIT
 from .replay import LOAD_FIX as LOAD_FIX
 from .replay import LOAD_LIMIT as LOAD_LIMIT
 from .replay import Dump as Dump
