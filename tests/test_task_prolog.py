@@ -122,3 +122,13 @@ def test_the_console_script_and_the_checkout_shim_print_the_protocol() -> None:
 def test_slurmenv_for_is_in_the_options_page() -> None:
     assert options.OUTPUT_SETS == tuple(sorted(render.OUTPUTS))
     assert "`SLURMENV_FOR`" in options.markdown()
+
+
+@pytest.mark.parametrize("value", ["a\rexport RANK=0", "r1n09\r", "\r", "x\r\ny"])
+def test_a_value_with_a_carriage_return_is_refused_never_emitted(value: str) -> None:
+    """A carriage return is a line break to Slurm's reader of the protocol too: the value is
+    refused naming its variable, and no line of it reaches the task."""
+    with pytest.raises(SlurmEnvError) as info:
+        taskprolog.protocol({"RANK": "1", "MASTER_ADDR": value})
+    assert info.value.variable == "MASTER_ADDR"
+    assert taskprolog.protocol({"RANK": "1"}) == "export RANK=1\n"
