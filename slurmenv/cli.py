@@ -56,9 +56,9 @@ def add_export_options(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     import argparse
 
-    from .commandline import add_resolution_options
+    from .commandline import add_resolution_options, argument_parser
 
-    parser = argparse.ArgumentParser(
+    parser = argument_parser(
         prog="slurmenv",
         description="Turn a Slurm job step into the environment torch.distributed and "
         "TensorFlow expect. Typical use: srun bash -c 'eval $(slurmenv export); python train.py'",
@@ -148,8 +148,9 @@ def cmd_exec(args: argparse.Namespace) -> int:
 def cmd_help(args: argparse.Namespace) -> int:
     """``slurmenv help [COMMAND]``: the help of slurmenv or of one command, on stdout."""
     if args.topic is None:
-        build_parser().print_help()
-        return 0
+        parser = build_parser()
+        parser.print_help()
+        return int(getattr(parser, "failed", False))  # help that could not be written: 1
     return main([args.topic, "--help"])
 
 

@@ -38,6 +38,29 @@ def add_resolution_options(parser: argparse.ArgumentParser) -> None:
     options.add_arguments(group, [*options.arguments(), options.FOR])
 
 
+def argument_parser(**kwargs: object) -> argparse.ArgumentParser:
+    """An ``argparse.ArgumentParser`` whose help and version (what it writes on stdout) go
+    through :func:`write_output`: argparse itself ignores a failed write, so ``slurmenv --help
+    >/dev/full`` said nothing and exited 0 (with ``PYTHONUNBUFFERED``, or help longer than the
+    buffer). Now the reason is on stderr and the status 1. Its subparsers are of its class."""
+    import argparse
+
+    class Parser(argparse.ArgumentParser):
+        failed = False
+
+        def _print_message(self, message: str, file: object = None) -> None:
+            if message and file is sys.stdout and sys.stdout is not None:
+                if write_output(message):
+                    Parser.failed = True
+                return
+            super()._print_message(message, file)  # type: ignore[arg-type]
+
+        def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+            super().exit(status or int(Parser.failed), message)
+
+    return Parser(**kwargs)  # type: ignore[arg-type]
+
+
 def resolve_from_args(args: argparse.Namespace) -> Resolution:
     """Resolve with the options parsed by ``add_resolution_options``."""
     return resolve(**options.given_in(args))

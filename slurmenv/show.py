@@ -36,7 +36,9 @@ GPUS_MODULE = "slurmenv.gpus"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from .commandline import argument_parser
+
+    parser = argument_parser(
         prog="slurmenv show",
         description="Show this task's values and where each came from; --all-ranks shows the "
         "whole step, --one-line one aligned line per task (srun slurmenv show --one-line).",

@@ -146,6 +146,14 @@ def test_an_interrupt_stops_eval_without_a_traceback(
     assert err == "slurmenv: interrupted. Nothing was exported.\n"
 
 
+def default_sigint() -> None:
+    """In the child before exec: SIGINT's default disposition, whatever the test inherited
+    (Python then installs its KeyboardInterrupt handler, as in a terminal)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_a_real_export() -> None:
     # SIGINT 10 ms into resolving 100,000 nodes, which takes tens of milliseconds
     hosts = [f"n{i:06d}" for i in range(100_000)]
@@ -157,7 +165,10 @@ def test_ctrl_c_during_a_real_export() -> None:
             "signal.signal(signal.SIGALRM, lambda *a: os.kill(os.getpid(), signal.SIGINT))\n"
             "signal.setitimer(signal.ITIMER_REAL, 0.01)\n"
             "entry_point()\n")
+    # A Ctrl-C reaches a process whose SIGINT is not ignored: one started in the background
+    # (`nohup ... &`, `&` in a script) inherits it ignored, and then never sees it (exit 0). The
+    # child sets its own disposition, so the test passes however the suite was started.
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=60, check=False)
+                         timeout=60, check=False, preexec_fn=default_sigint)
     assert (out.returncode, out.stderr) == (130, "slurmenv: interrupted. Nothing was exported.\n")
     assert out.stdout == render.FAILURE["sh"]

@@ -208,3 +208,19 @@ def test_a_profiler_gets_to_report() -> None:
                          env=env, capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     assert "export RANK='1';" in out.stdout and "function calls" in out.stdout
+
+
+HELP = [["--help"], ["--version"], ["help"], ["help", "show"], ["show", "--help"],
+        ["doctor", "--help"], ["dump", "--help"], ["export", "--help"], ["torchrun", "--help"]]
+
+
+@pytest.mark.parametrize("unbuffered", BUFFERING)
+@pytest.mark.parametrize("args", HELP, ids=" ".join)
+def test_help_to_a_full_disk_is_an_error(args: list[str], unbuffered: bool) -> None:
+    """Output written outside write_output (argparse's help and version, which ignore a failed
+    write) to a full disk: the reason on stderr and status 1, never 0 with nothing written."""
+    with open("/dev/full", "w") as full:
+        out = subprocess.run(["slurmenv", *args], env=step(4, unbuffered), stdout=full,
+                             stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+    assert out.returncode == 1, out.stderr
+    assert out.stderr == "slurmenv: error: cannot write the output: No space left on device\n"

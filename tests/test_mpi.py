@@ -555,3 +555,50 @@ def test_open_mpi_5_local_ranks_need_not_follow_rank_order() -> None:
     four = {k: v for k, v in launch("openmpi_local")[1]["env"].items()}
     four.update({"OMPI_COMM_WORLD_LOCAL_RANK": "3", "OMPI_COMM_WORLD_RANK": "1"})
     assert refusal(four, port=29500).variable == "OMPI_COMM_WORLD_LOCAL_RANK"
+
+
+# -- behaviours a mutant of openmpi.py got past (issue 26) ------------------------------------
+def test_open_mpi_5_local_rank_0_on_mpiruns_node_need_not_be_rank_0() -> None:
+    """Open MPI 5 numbers local ranks in mapping order: on mpirun's node r1n09, rank 1 may be
+    local rank 0 and rank 0 local rank 1. Both resolve (rank 0's node is checked by rank 0
+    itself); Open MPI 4's "the lowest rank there must be rank 0" does not apply."""
+    ranks = {mpi_rank(r["env"]): r["env"] for r in launch("openmpi5_default")}
+    swapped = {0: {**ranks[0], "OMPI_COMM_WORLD_LOCAL_RANK": "1"},
+               1: {**ranks[1], "OMPI_COMM_WORLD_LOCAL_RANK": "0"}}
+    for rank, env in swapped.items():
+        out = resolve(env).env("torch")
+        assert (out["RANK"], out["LOCAL_RANK"]) == (str(rank), str(1 - rank))
+        assert out["MASTER_ADDR"] == "r1n09"
+
+
+@pytest.mark.parametrize("rank", [2, 4])
+def test_open_mpi_5_rank_on_mpiruns_node_served_by_another_daemon_is_a_leak(rank: int) -> None:
+    """An ``srun -n1 -w r1n09`` started inside rank 2 (r1n10, daemon vpid 1) or rank 4 (r2n09,
+    vpid 2): its step puts it on mpirun's node r1n09, where only mpirun (vpid 0) serves ranks,
+    but its PMIx server is another daemon. Refused as a leak, never resolved."""
+    env = next(r["env"] for r in launch("openmpi5_default") if mpi_rank(r["env"]) == rank)
+    vpid = openmpi.daemon_vpid(env)
+    assert vpid not in (None, 0)
+    env = {**env, "SLURM_STEP_ID": "3", "SLURM_STEPID": "3", "SLURM_NODEID": "0",
+           "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_GTIDS": "0",
+           "SLURM_STEP_NODELIST": "r1n09", "SLURM_STEP_NUM_NODES": "1",
+           "SLURM_STEP_NUM_TASKS": "1", "SLURM_STEP_TASKS_PER_NODE": "1",
+           "SLURMD_NODENAME": "r1n09"}
+    err = refusal(env)
+    assert err.variable == "OMPI_COMM_WORLD_RANK"
+    assert f"vpid {vpid}" in err.message and "not mpirun" in err.message
+
+
+def test_open_mpi_4_rank_whose_orted_srun_did_not_start_is_refused() -> None:
+    """Open MPI 4, rank 4 on r1n10, its orted started without srun (ssh, a --mca plm rsh):
+    its daemon is not mpirun (local_daemon_uri != hnp_uri) and it carries the batch script's
+    Slurm variables (no SLURM_STEP_ID, SLURMD_NODENAME=r1n09). The batch node's name is not
+    this rank's: refused, never resolved as node 0."""
+    ranks = {mpi_rank(r["env"]): r["env"] for r in launch("openmpi_default")}
+    batch = {k: v for k, v in ranks[0].items() if k.startswith("SLURM")}
+    env = {**{k: v for k, v in ranks[4].items() if not k.startswith("SLURM")}, **batch}
+    assert env["OMPI_MCA_orte_local_daemon_uri"] != env["OMPI_MCA_orte_hnp_uri"]
+    assert "SLURM_STEP_ID" not in env and env["SLURMD_NODENAME"] == "r1n09"
+    err = refusal(env)
+    assert err.variable == "OMPI_MCA_orte_num_nodes"
+    assert "cannot place" in err.message

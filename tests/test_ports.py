@@ -258,3 +258,22 @@ def test_bad_ports(value: str) -> None:
             resolve(env)
         assert info.value.variable == name
         assert repr(value) in str(info.value)
+
+
+@pytest.mark.parametrize(("port_range", "ephemeral"), [
+    ("20000-32768", (32768, 60999)),   # its upper end is the first ephemeral port
+    ("60999-65000", (32768, 60999)),   # its lower end is the last one
+    ("1024-5000", (5000, 5000)),       # a range of one port
+])
+def test_a_range_touching_the_ephemeral_range_by_one_port_is_refused(
+    port_range: str, ephemeral: tuple[int, int]
+) -> None:
+    """Overlap by a single port is overlap: ranges are inclusive at both ends."""
+    env = synth.step_env(HOSTS, [1, 1, 1], 0, job_id=4242)
+    with pytest.raises(SlurmEnvError) as info:
+        slurmenv.resolve(env, port_range=port_range, ephemeral_range=ephemeral)
+    assert info.value.variable == "SLURMENV_PORT_RANGE" and "ephemeral" in info.value.message
+    lo = int(port_range.split("-")[0])
+    below = f"{lo}-{ephemeral[0] - 1}" if lo < ephemeral[0] else None
+    if below:  # one port less and it is accepted
+        slurmenv.resolve(env, port_range=below, ephemeral_range=ephemeral)

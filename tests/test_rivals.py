@@ -328,3 +328,26 @@ def test_a_rivals_broken_environment_never_crashes_rank_0(broken: dict[str, str]
     """Another process's variables, however broken, are never this rank 0's error."""
     res = resolve(A0, [{**colliding(B0), **broken}])
     assert res.rank == 0
+
+
+def test_a_process_whose_network_namespace_cannot_be_read_counts_as_on_this_node(
+    tmp_path: Path,
+) -> None:
+    """find()'s docstring: a process whose /proc/<pid>/ns/net cannot be read counts as in our
+    namespace (a rival missed is a hang; one too many is a refusal with a fix). A /proc tree
+    written here: ours readable, process 4242's ns/net absent, 4343's another namespace."""
+    proc = tmp_path
+    (proc / "self" / "ns").mkdir(parents=True)
+    (proc / "self" / "ns" / "net").write_bytes(b"")
+    for pid, netns in (("4242", None), ("4343", "other")):
+        (proc / pid).mkdir()
+        (proc / pid / "environ").write_bytes(f"{KEY}=999\0WHO={pid}\0".encode())
+        (proc / pid / "stat").write_bytes(f"{pid} (python) S 1 1 1 0 -1 4194304 0".encode())
+        if netns:
+            (proc / pid / "ns").mkdir()
+            (proc / pid / "ns" / "net").write_bytes(netns.encode())  # another inode
+    found = {pid for pid, _ in rivals.find(KEY, "1", proc=str(proc))}
+    assert found == {4242}
+    # and when ours cannot be read either, every process counts
+    (proc / "self" / "ns" / "net").unlink()
+    assert {pid for pid, _ in rivals.find(KEY, "1", proc=str(proc))} == {4242, 4343}

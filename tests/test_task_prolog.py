@@ -313,3 +313,13 @@ def test_a_value_that_an_old_slurm_would_cut_into_a_protocol_line_is_refused() -
         assert info.value.variable == "TF_CONFIG" and "byte 4094" in str(info.value)
         # one byte further, the piece begins elsewhere: carried
         assert taskprolog.protocol({"TF_CONFIG": "b" + value}).endswith(keyword + "\n")
+
+
+@pytest.mark.parametrize("value", ["a\rexport RANK=0", "r1n09\r", "\r", "x\r\ny"])
+def test_a_value_with_a_carriage_return_is_refused_never_emitted(value: str) -> None:
+    """A carriage return is a line break to Slurm's reader of the protocol too: the value is
+    refused naming its variable, and no line of it reaches the task."""
+    with pytest.raises(SlurmEnvError) as info:
+        taskprolog.protocol({"RANK": "1", "MASTER_ADDR": value})
+    assert info.value.variable == "MASTER_ADDR"
+    assert taskprolog.protocol({"RANK": "1"}) == "export RANK=1\n"

@@ -164,3 +164,15 @@ def test_command_line() -> None:
     env["SLURMENV_THREADS"] = "0"
     assert "NUM_THREADS" not in export()
     assert "export OPENBLAS_NUM_THREADS='5';" in export("--threads")
+
+
+@pytest.mark.parametrize("blank", ["", " ", "\t", " \n"])
+def test_a_blank_flag_keeps_the_default_on(blank: str) -> None:
+    """SLURMENV_THREADS=' ' is unset, not 'no': a blank value must not turn a default-on flag
+    off (nor be refused)."""
+    env = step(SLURM_CPUS_PER_TASK="3", SLURMENV_THREADS=blank)
+    res = slurmenv.resolve(env, ephemeral_range=None)
+    assert {name: res.env("all")[name] for name in ALL3} == dict.fromkeys(ALL3, "3")
+    from slurmenv import options
+
+    assert options.from_environ({"SLURMENV_THREADS": blank}).threads is True

@@ -22,9 +22,9 @@ if TYPE_CHECKING:
 
 def build_parser() -> argparse.ArgumentParser:
     from .. import render
-    from ..commandline import add_resolution_options
+    from ..commandline import add_resolution_options, argument_parser
 
-    parser = argparse.ArgumentParser(
+    parser = argument_parser(
         prog="slurmenv doctor",
         description="Check this task for what makes distributed training hang at start-up; "
         "each check says ok, warning or error, with a fix. Exit status 0 when no error. "

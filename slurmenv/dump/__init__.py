@@ -43,6 +43,7 @@ from .capture import DEFAULT_OUTPUT as DEFAULT_OUTPUT
 from .capture import FILE_LIMIT as FILE_LIMIT
 from .capture import FORMAT as FORMAT
 from .capture import FORMAT_KEY as FORMAT_KEY
+from .capture import NOT_RECORDED as NOT_RECORDED
 from .capture import collect as collect
 from .capture import expand_output as expand_output
 from .capture import record as record
@@ -51,9 +52,10 @@ from .command import build_parser as build_parser
 from .command import main as main
 from .command import options_from_args as options_from_args
 from .replay import FREE_PORT_SOURCE as FREE_PORT_SOURCE
+from .replay import LOAD_COST_LIMIT as LOAD_COST_LIMIT
+from .replay import LOAD_DEPTH_LIMIT as LOAD_DEPTH_LIMIT
 from .replay import LOAD_FIX as LOAD_FIX
 from .replay import LOAD_LIMIT as LOAD_LIMIT
-from .replay import NOT_RECORDED as NOT_RECORDED
 from .replay import Dump as Dump
 from .replay import differences as differences
 from .replay import essential as essential

@@ -82,25 +82,118 @@ def _affinity() -> int | None:
 
 #: The largest file a dump records (a host file of a million ranks is about 20 MB).
 FILE_LIMIT = 1 << 25
+#: Where no file a variable documents lives: the kernel's pseudo-files and devices
+#: (``SLURM_HOSTFILE=/proc/self/environ`` would copy the whole environment into the dump).
+PSEUDO_ROOTS = ("/proc", "/sys", "/dev")
+#: What a host name of a host file may hold (letters, digits, ``_ . - :``): a line with ``=``,
+#: a space or a quote is no host.
+_HOST = re.compile(r"[A-Za-z0-9_.:-]+")
 
 
-def _read_files(environ: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-    """(text files, binary files base64) named by :data:`FILE_VARIABLES` and readable here."""
+#: The file a replay (and the resolution a dump records) points a variable of FILE_VARIABLES
+#: at when the dump holds no copy of its file: never the replaying machine's file of that name.
+NOT_RECORDED = "not-recorded-in-the-dump"
+
+
+def unrecorded_path(name: str) -> str:
+    """Where ``name`` points when its file is not in the dump: a path under ``/proc``, where no
+    one can create a file, the same on every machine (a replay gives the recorded answer)."""
+    return f"/proc/{NOT_RECORDED}/{name.lower()}"
+
+
+def _on_pseudo_filesystem(path: str) -> bool:
+    """Whether ``path`` (symbolic links resolved) is under :data:`PSEUDO_ROOTS`, or on the
+    same file system as one of them (``/proc`` mounted elsewhere too)."""
+    real = os.path.realpath(path)
+    if any(real == root or real.startswith(root + "/") for root in PSEUDO_ROOTS):
+        return True
+    try:
+        device = os.stat(real).st_dev
+    except (OSError, ValueError):
+        return True  # gone or unreadable since: nothing to record
+    for root in PSEUDO_ROOTS:
+        try:  # only a mount point's device: a plain /dev directory shares the root's
+            if os.path.ismount(root) and os.stat(root).st_dev == device:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _hosts(name: str, data: bytes) -> None:
+    """A host file (``SLURM_HOSTFILE``, ``PBS_NODEFILE``, ``LSB_DJOB_RANKFILE``) read as the
+    resolver reads ``SLURM_HOSTFILE`` (:func:`nodes.expand`), every name a host name."""
+    from .. import nodes
+
+    listed = nodes.expand(data.decode("utf-8"), name)
+    bad = next((host for host in listed if not _HOST.fullmatch(host)), None)
+    if bad is not None:
+        raise SlurmEnvError(f"{name} names {bad!r}, no host name", variable=name)
+
+
+def _apinfo(name: str, data: bytes) -> None:
+    """A PALS apinfo file, read as the PALS launcher reads it (:func:`apinfo.parse`)."""
+    from ..launchers import apinfo
+
+    apinfo.parse(data, name)
+
+
+#: How each variable of FILE_VARIABLES' file is checked to be what the variable documents
+#: (raises SlurmEnvError or UnicodeDecodeError when it is not): the resolver's own readers.
+FILE_CHECKS = {"SLURM_HOSTFILE": _hosts, "PBS_NODEFILE": _hosts, "LSB_DJOB_RANKFILE": _hosts,
+               "PALS_APINFO": _apinfo}
+
+
+def _printable_runs(data: bytes) -> list[str]:
+    """The pieces of ``data`` between control characters and non-ASCII bytes (its lines, and
+    the strings of a binary file)."""
+    return [run.decode("ascii") for run in re.split(rb"[\x00-\x1f\x7f-\xff]+", data) if run]
+
+
+def _why_not_kept(name: str, path: str, data: bytes) -> str | None:
+    """Why the file ``path`` named by ``name`` is not recorded, None when it is kept: it must
+    be what the variable documents (:data:`FILE_CHECKS`) and hold no line that looks like a credential (``launchers.base.looks_like_credential``)."""
+    from ..launchers import base
+
+    try:
+        FILE_CHECKS[name](name, data)
+    except (SlurmEnvError, UnicodeDecodeError):
+        return f"the file {name} names is not what {name} documents"
+    if any(base.looks_like_credential(run) for run in _printable_runs(data)):
+        return f"the file {name} names holds a line that looks like a credential"
+    return None
+
+
+def _read_files(
+    environ: Mapping[str, str],
+) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """(text files, binary files base64, why others were not recorded) named by
+    :data:`FILE_VARIABLES` and readable here: only a file that is what its variable documents
+    (:func:`_why_not_kept`)."""
     import base64
+
+    from .. import files
 
     text: dict[str, str] = {}
     binary: dict[str, str] = {}
+    skipped: dict[str, str] = {}
     for name in FILE_VARIABLES:
         path = environ.get(name)
         if not path:
             continue
-        from .. import files
-
+        if _on_pseudo_filesystem(path):  # before reading: a read there can do anything
+            skipped[name] = f"{name} names a file under {', '.join(PSEUDO_ROOTS)}"
+            continue
         try:
             data = files.read(path, name, "", limit=FILE_LIMIT)
         except SlurmEnvError:  # not a regular file, or too large: not recorded
+            skipped[name] = f"{name} names no regular file of at most {FILE_LIMIT} bytes"
             continue
         if data is None:
+            continue
+        why = _why_not_kept(name, path, data)
+        if why is not None:
+            skipped[name] = why
             continue
         try:
             if b"\0" not in data:
@@ -109,7 +202,7 @@ def _read_files(environ: Mapping[str, str]) -> tuple[dict[str, str], dict[str, s
         except UnicodeDecodeError:
             pass
         binary[name] = base64.b64encode(data).decode("ascii")
-    return text, binary
+    return text, binary, skipped
 
 
 def collect(
@@ -133,14 +226,19 @@ def collect(
         "options": opts,
         "environ": select(env),
     }
-    data["files"], data["binary_files"] = _read_files(env)
+    data["files"], data["binary_files"], skipped = _read_files(env)
+    if skipped:
+        data["files_not_recorded"] = skipped
     from ..launchers import evidence
 
     found = evidence.find()
     data["step_evidence"] = found
+    # The resolution recorded reads only the files recorded: an error quoting a file kept out
+    # (its lines, its size) would copy it into the dump all the same.
+    seen = {**env, **{name: unrecorded_path(name) for name in skipped}} if skipped else env
     try:
         res: Resolution | None = resolve(
-            env, ephemeral_range=ephemeral, step_evidence=found, **opts
+            seen, ephemeral_range=ephemeral, step_evidence=found, **opts
         )
         assert res is not None
         data["resolution"] = record(res)
@@ -154,13 +252,22 @@ def collect(
     return data
 
 
+#: A dump is readable by its owner only: it holds the job's layout and names.
+MODE = 0o600
+
+
 def write_new(path: str, text: str, force: bool = False) -> None:
-    """Write ``text`` to a new file ``path``: an existing file is refused (FileExistsError)
-    unless ``force``, and a symbolic link at ``path`` always (never followed to overwrite the
-    file it names)."""
+    """Write ``text`` to a new file ``path``, mode :data:`MODE` (0600): an existing file is
+    refused (FileExistsError) unless ``force`` (then it is made 0600 before it is written),
+    and a symbolic link at ``path`` always (never followed to overwrite the file it names)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     flags |= os.O_TRUNC if force else os.O_EXCL
-    fd = os.open(path, flags, 0o644)
+    fd = os.open(path, flags, MODE)
+    try:
+        os.fchmod(fd, MODE)  # a replaced file keeps its mode otherwise
+    except OSError:
+        os.close(fd)
+        raise
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(text)
 

@@ -22,9 +22,9 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..commandline import add_resolution_options
+    from ..commandline import add_resolution_options, argument_parser
 
-    parser = argparse.ArgumentParser(
+    parser = argument_parser(
         prog="slurmenv dump",
         description="Write what slurmenv reads in this task (no secrets) to a JSON file that "
         "'slurmenv show --from FILE' and 'slurmenv doctor --from FILE' replay anywhere. "

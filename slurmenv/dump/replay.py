@@ -18,12 +18,9 @@ from .._compat import NamedTuple
 from ..errors import SlurmEnvError
 from ..resolution import Resolution
 from .allowlist import FILE_VARIABLES
-from .capture import FORMAT, FORMAT_KEY, error_dict, record
+from .capture import FORMAT, FORMAT_KEY, error_dict, record, unrecorded_path
 
 FREE_PORT_SOURCE = "a port free on 127.0.0.1 now"  # derive.FREE_PORT_SOURCE, also in old dumps
-#: The file a replay points a variable of FILE_VARIABLES at when the dump holds no copy of its
-#: file: never the replaying machine's file of that name.
-NOT_RECORDED = "not-recorded-in-the-dump"
 
 
 class Dump(NamedTuple):
@@ -42,6 +39,8 @@ class Dump(NamedTuple):
     created: str
     step_evidence: str | None = None
     binary_files: dict[str, str] = {}  # noqa: RUF012 - NamedTuple default, never mutated
+    #: The files the recording task's variables named that the dump does not hold, and why.
+    files_not_recorded: dict[str, str] = {}  # noqa: RUF012 - NamedTuple default, never mutated
 
     @contextmanager
     def environment(self) -> Iterator[dict[str, str]]:
@@ -62,7 +61,7 @@ class Dump(NamedTuple):
             copies += [(name, base64.b64decode(content)) for name, content in self.binary_files.items()]
             for name in FILE_VARIABLES:  # a file the dump did not record is not read here
                 if name in env:
-                    env[name] = os.path.join(tmp, NOT_RECORDED, name.lower())
+                    env[name] = unrecorded_path(name)
             for name, content in copies:
                 if name not in FILE_VARIABLES:
                     continue
@@ -111,13 +110,58 @@ class Dump(NamedTuple):
         return bool(self.options.get("resolve_addr")) or flag in ("1", "true", "yes", "on")
 
 
-#: The largest dump read (a recorded host file of a million ranks is about 20 MB).
-LOAD_LIMIT = 1 << 28
+#: The largest dump read. The largest a cluster writes: 100,000 nodes of 8 tasks, names that
+#: do not compress, is 49 MB (its layout, two numbers per rank); -m arbitrary adds a host file
+#: of at most FILE_LIMIT (32 MiB). Measured in tests/test_dump_safety.py; 128 MiB leaves margin.
+LOAD_LIMIT = 1 << 27
+#: The most memory a dump may take once parsed, estimated before parsing from what the text
+#: holds (:func:`_parse_cost`): that 49 MB dump is estimated at about 300 MB (it takes 288 MB,
+#: peak); 40 MB of ``[],[],...`` took 1 GB before this bound and is refused now.
+LOAD_COST_LIMIT = 1 << 29
+#: The deepest nesting a dump may have: slurmenv writes at most 5 levels (resolution ->
+#: summary -> tf_config -> cluster -> worker); comparing deeper ones recursed without end.
+LOAD_DEPTH_LIMIT = 32
 LOAD_FIX = "pass a file written by 'slurmenv dump', unchanged"
+#: Bytes of memory per piece of parsed JSON, upper bounds measured on CPython 3.11 (64-bit;
+#: tests/test_dump_safety.py checks them): a short str (49 + its text), any value's slot in its
+#: list or dict and a number (8-40), a small list (56-64), a small dict (64-184).
+_STRING_COST, _VALUE_COST, _LIST_COST, _DICT_COST = 64, 40, 72, 200
+
+
+def _parse_cost(text: str) -> int:
+    """An upper bound of the memory ``json.loads(text)`` takes, from counts of characters
+    (no parsing, linear in the text): the text twice (bytes and str), one string per two
+    quotes, one value per comma or colon, one container per opening bracket."""
+    strings = text.count('"') // 2
+    values = text.count(",") + text.count(":") + 1
+    containers = text.count("[") * _LIST_COST + text.count("{") * _DICT_COST
+    return 2 * len(text) + strings * _STRING_COST + values * _VALUE_COST + containers
+
+
+_NESTED = frozenset((list, dict))  # what json.loads nests: exactly these types
+
+
+def _too_deep(data: Any, limit: int) -> bool:
+    """Whether ``data`` nests deeper than ``limit`` lists and dicts (iterative: no recursion)."""
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = value.values() if isinstance(value, dict) else value
+        if _NESTED.isdisjoint(map(type, children)):  # C speed: a layout's million numbers
+            continue
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (list, dict)))
+    return False
 
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
+
+
+def _no_fraction(text: str) -> Any:
+    """No field of a dump is a fractional number: refused at the first (before millions)."""
+    raise ValueError(f"{text[:20]} is a fractional number, which no field of a dump holds")
 
 
 def _bad(path: str, what: str) -> SlurmEnvError:
@@ -176,33 +220,104 @@ def _options(data: dict[str, Any], path: str) -> dict[str, Any]:
     return out
 
 
-def load(path: str) -> Dump:
-    """Read a dump written by ``slurmenv dump``; SlurmEnvError naming what is wrong if it is
-    not one, whatever the file holds (every field is checked before it is used)."""
+def _is_error(value: Any) -> bool:
+    """Whether ``value`` is an error as :func:`capture.error_dict` records it."""
+    return (
+        isinstance(value, dict) and isinstance(value.get("error"), str)
+        and set(value) <= {"error", "variable", "value", "fix"}
+        and all(value.get(k) is None or isinstance(value[k], str)
+                for k in ("variable", "value", "fix"))
+    )
+
+
+def _resolution(data: dict[str, Any], path: str) -> dict[str, Any] | None:
+    """The recorded resolution, checked to be what :func:`capture.record` writes (or the error
+    :func:`capture.error_dict` writes): show's replay report and doctor read its fields."""
+    value = data.get("resolution")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _bad(path, "'resolution' is not a mapping")
+    if "error" in value:
+        if not _is_error(value):
+            raise _bad(path, "'resolution' is no recorded error (error, variable, value, fix)")
+        return value
+    summary = value.get("summary")
+    if not isinstance(summary, dict):
+        raise _bad(path, "'resolution.summary' is not a mapping")
+    if "sources" in summary and not (isinstance(summary["sources"], dict) and all(
+        isinstance(v, str) for v in summary["sources"].values()
+    )):
+        raise _bad(path, "'resolution.summary.sources' is not a mapping of strings")
+    env = value.get("env")
+    if env is not None and not _is_error(env) and not (
+        isinstance(env, dict) and all(isinstance(v, str) for v in env.values())
+    ):
+        raise _bad(path, "'resolution.env' is neither a mapping of strings nor an error")
+    layout = value.get("layout")
+    if layout is not None and not _is_error(layout) and not (
+        isinstance(layout, dict)
+        and isinstance(layout.get("hosts"), list)
+        and all(isinstance(h, str) for h in layout["hosts"])
+        and all(isinstance(layout.get(k), list) and all(map(_is_int, layout[k]))
+                for k in ("node_of", "local_of"))
+    ):
+        raise _bad(path, "'resolution.layout' is neither hosts, node_of, local_of nor an error")
+    return value
+
+
+def _text(data: dict[str, Any], key: str, path: str, default: str) -> str:
+    value = data.get(key, default)
+    if not isinstance(value, str) or len(value) > 200:
+        raise _bad(path, f"'{key}' is not a text of at most 200 characters")
+    return value
+
+
+def _read(path: str) -> bytes:
+    """The bytes of the dump ``path`` ('-': standard input), at most :data:`LOAD_LIMIT`."""
     from .. import files
 
+    if path == "-":
+        raw: bytes | None = sys.stdin.buffer.read(LOAD_LIMIT + 1)
+        if raw is not None and len(raw) > LOAD_LIMIT:
+            raise _bad(path, f"size is over {LOAD_LIMIT} bytes (LOAD_LIMIT)")
+    else:
+        raw = files.read(path, "--from", LOAD_FIX, limit=LOAD_LIMIT)
+    if raw is None:
+        raise SlurmEnvError("cannot read the dump", variable="--from", value=path, fix=LOAD_FIX)
+    return raw
+
+
+def load(path: str) -> Dump:
+    """Read a dump written by ``slurmenv dump``; SlurmEnvError naming what is wrong if it is
+    not one, whatever the file holds. Bounded before it is parsed: its size
+    (:data:`LOAD_LIMIT`) and the memory parsing it takes (:data:`LOAD_COST_LIMIT`); then its
+    nesting (:data:`LOAD_DEPTH_LIMIT`), and the shape of every field, here, once, for both
+    ``show --from`` and ``doctor --from``."""
+    raw = _read(path)
     try:
-        if path == "-":
-            raw: bytes | None = sys.stdin.buffer.read(LOAD_LIMIT + 1)
-            if raw is not None and len(raw) > LOAD_LIMIT:
-                raise _bad(path, f"size is over {LOAD_LIMIT} bytes")
-        else:
-            raw = files.read(path, "--from", LOAD_FIX, limit=LOAD_LIMIT)
-        if raw is None:
-            raise SlurmEnvError(
-                "cannot read the dump", variable="--from", value=path, fix=LOAD_FIX
-            )
-        data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+        text = raw.decode("utf-8")
+        del raw
+        cost = _parse_cost(text)
+        if cost > LOAD_COST_LIMIT:
+            raise _bad(path, f"text would take about {cost >> 20} MiB once parsed, over "
+                       f"{LOAD_COST_LIMIT >> 20} MiB (LOAD_COST_LIMIT): it holds far more "
+                       "values than a dump of the largest step")
+        data = json.loads(text, parse_constant=_no_constant, parse_float=_no_fraction)
+        del text
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        why = (f"nested deeper than {LOAD_DEPTH_LIMIT} levels" if isinstance(exc, RecursionError)
+               else str(exc)[:200] or type(exc).__name__)
         raise SlurmEnvError(
-            f"the dump is not JSON ({str(exc)[:200] or type(exc).__name__})", variable="--from",
-            value=path, fix=LOAD_FIX,
+            f"the dump is not JSON ({why})", variable="--from", value=path, fix=LOAD_FIX,
         ) from None
     if not isinstance(data, dict) or data.get(FORMAT_KEY) != FORMAT:
         raise SlurmEnvError(
             f"not a slurmenv dump of format {FORMAT}", variable="--from", value=path,
             fix=LOAD_FIX,
         )
+    if _too_deep(data, LOAD_DEPTH_LIMIT):
+        raise _bad(path, f"nesting is deeper than {LOAD_DEPTH_LIMIT} levels (LOAD_DEPTH_LIMIT)")
     environ = data.get("environ")
     if not isinstance(environ, dict):
         raise _bad(path, "'environ' is not a mapping of strings")
@@ -216,9 +331,8 @@ def load(path: str) -> Dump:
     cpus = data.get("cpu_affinity")
     if cpus is not None and not (_is_int(cpus) and 0 <= cpus <= 1 << 20):
         raise _bad(path, "'cpu_affinity' is not a CPU count")
-    for key in ("resolution", "probe"):
-        if data.get(key) is not None and not isinstance(data[key], dict):
-            raise _bad(path, f"'{key}' is not a mapping")
+    if data.get("probe") is not None and not isinstance(data["probe"], dict):
+        raise _bad(path, "'probe' is not a mapping")
     binary = _strings(data, "binary_files", path)
     import base64
     import binascii
@@ -239,12 +353,13 @@ def load(path: str) -> Dump:
         options=_options(data, path),
         files=_strings(data, "files", path),
         binary_files=binary,
-        recorded=data.get("resolution"),
+        recorded=_resolution(data, path),
         probe=data.get("probe"),
-        hostname=str(data.get("hostname", "")),
-        version=str(data.get("slurmenv_version", "?")),
-        created=str(data.get("created", "?")),
+        hostname=_text(data, "hostname", path, ""),
+        version=_text(data, "slurmenv_version", path, "?"),
+        created=_text(data, "created", path, "?"),
         step_evidence=evidence or None,
+        files_not_recorded=_strings(data, "files_not_recorded", path),
     )
 
 
@@ -320,6 +435,8 @@ def replay_report(dump: Dump, replayed: dict[str, Any]) -> list[str]:
     if dump.asked_resolve_addr():
         lines.append("  (the DNS lookup of --resolve-addr is not replayed: MASTER_ADDR stays a name)")
     port_source = dump.recorded.get("summary", {}).get("sources", {}).get("MASTER_PORT", "")
+    lines.extend(f"  ({name}'s file is not in the dump: {why})"
+                 for name, why in sorted(dump.files_not_recorded.items()))
     if str(port_source).startswith(FREE_PORT_SOURCE):
         lines.append("  (outside a step the port is whatever was free on that machine)")
     return lines

@@ -309,3 +309,22 @@ def redact(name: str, value: str) -> str:
     if is_credential(name):
         return REDACTED
     return value
+
+
+#: How well-known tokens begin (GitHub, GitLab, Slack, AWS keys, JSON web tokens, PEM keys): a
+#: line of a file starting so is a secret whatever its name.
+TOKEN_PREFIXES = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xoxb-",
+                  "xoxp-", "xoxa-", "xoxs-", "AKIA", "ASIA", "eyJ", "-----BEGIN")
+
+
+def looks_like_credential(line: str) -> bool:
+    """Whether a line of a file looks like it holds a secret: ``NAME=value`` or ``NAME: value``
+    whose NAME :func:`is_credential` says is one (the rule of the variables, applied to the
+    file), or a token of a well-known form (:data:`TOKEN_PREFIXES`). ``slurmenv dump`` never
+    stores a file holding such a line."""
+    text = line.strip().removeprefix("export ").strip()
+    for sep in ("=", ":"):
+        name, found, _ = text.partition(sep)
+        if found and is_credential(name.strip().strip("'\"")):
+            return True
+    return any(word.startswith(TOKEN_PREFIXES) for word in text.split())
