@@ -142,6 +142,8 @@ EXIT_STATUSES = {
     ("docs/api.md", "so the task can exit with status 0 and the step end"):
         ["test_tf_roles.py::test_serve_returns_once_the_chief_stops_listening",
          "test_real_tf_roles.py::test_parameter_server_training_ends_with_the_chief"],
+    ("docs/frameworks/tensorflow.md", "The servers then exit with status 0, and the step with it"):
+        ["test_real_tf_roles.py::test_parameter_server_training_ends_with_the_chief"],
     ("docs/debugging.md", "# a report, exit status 1 if not sound"):
         ["test_stepcheck.py::test_doctor_step_prints_the_report_and_exits_1_when_not_sound"],
     ("docs/debugging.md", "Every task exits with status 1 when the step is not sound"):

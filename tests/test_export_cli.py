@@ -379,12 +379,12 @@ def test_a_terminal_gets_no_failure_text() -> None:
 def test_a_bug_in_any_command_prints_the_failure_text(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from slurmenv import launchers
+    from slurmenv import pipeline
 
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(launchers, "resolve", broken)
+    monkeypatch.setattr(pipeline, "resolve", broken)
     monkeypatch.setattr(os, "environ", {**step(0), "SLURMENV_DEBUG": ""})
     for argv in (["export", "--shell", "fish"], ["exec", "--", "true"], ["show"], ["dump", "-o", "-"]):
         assert cli.main(argv) == 70, argv

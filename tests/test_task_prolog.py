@@ -92,9 +92,9 @@ def test_an_unexpected_error_stops_the_task_with_a_reason(
     def failing(*args: object, **kwargs: object) -> None:
         raise error
 
-    from slurmenv import launchers
+    from slurmenv import pipeline
 
-    monkeypatch.setattr(launchers, "resolve", failing)
+    monkeypatch.setattr(pipeline, "resolve", failing)
     got, text = taskprolog.run(STEP)
     assert got == status
     assert refused(text)[0].startswith(says) and "The task was not started." in text

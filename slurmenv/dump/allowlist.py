@@ -24,6 +24,8 @@ SLURM_VARIABLES = (
     "SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS",
     "SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_TASK", "SLURM_GPUS_PER_NODE", "SLURM_GPU_BIND",
     "SLURMD_TRES_BIND",
+    # the task prolog keeps stderr empty under Slurm (SLURM_SCRIPT_CONTEXT=prolog_task)
+    "SLURM_SCRIPT_CONTEXT",
 )  # fmt: skip
 
 #: Devices, threads and network choices (GPU binding, thread counts, doctor).
