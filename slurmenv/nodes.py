@@ -197,8 +197,8 @@ def parse_tasks_per_node(text: str, variable: str) -> list[int]:
     repetition of zero (``2(x0)``), which python-hostlist would silently turn into nothing.
     """
     counts: list[int] = []
-    for part in text.strip().split(","):
-        count, paren, repeat_text = part.strip().partition("(x")
+    for part in text.split(","):  # as Slurm writes it: no blank anywhere
+        count, paren, repeat_text = part.partition("(x")
         if paren:
             repeat_text, close, rest = repeat_text.partition(")")
             ok = bool(close) and not rest and is_number(repeat_text)

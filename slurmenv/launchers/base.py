@@ -18,7 +18,7 @@ helpers below (:func:`read_int`, :func:`optional_int`, :func:`agree`, :func:`nod
 from __future__ import annotations
 
 from .._compat import TYPE_CHECKING, NamedTuple  # not typing's: on export's path
-from ..errors import SlurmEnvError, parse_int, require
+from ..errors import SlurmEnvError, check_host, parse_int, require
 
 INTERACTIVE_STEP = 4294967290  # salloc with LaunchParameters=use_interactive_step
 EXTERN_STEP = 4294967291
@@ -49,13 +49,13 @@ def outside_step(environ: Mapping[str, str]) -> bool:
     if job_id(environ) is None:
         return False
     step = step_id(environ)
-    return step is None or step.strip() in (str(BATCH_STEP), str(EXTERN_STEP))
+    return step is None or step in (str(BATCH_STEP), str(EXTERN_STEP))
 
 
 def interactive_step(environ: Mapping[str, str]) -> bool:
     """salloc's interactive step (``LaunchParameters=use_interactive_step``): one process."""
     step = step_id(environ)
-    return job_id(environ) is not None and step is not None and step.strip() == str(INTERACTIVE_STEP)
+    return job_id(environ) is not None and step is not None and step == str(INTERACTIVE_STEP)
 
 
 def slurm_step_is_own(environ: Mapping[str, str]) -> bool:
@@ -71,7 +71,7 @@ def slurm_step_is_own(environ: Mapping[str, str]) -> bool:
     if job_id(environ) is None:
         return False
     step = step_id(environ)
-    if step is None or step.strip() in SPECIAL_STEPS:
+    if step is None or step in SPECIAL_STEPS:
         return False
     if "MPI_LOCALRANKID" in environ:
         # Hydra's own variable (srun --mpi=pmi2 never sets it): a Hydra rank under its proxy
@@ -91,6 +91,24 @@ def foreign_mpi(environ: Mapping[str, str]) -> tuple[str, str, str] | None:
             if value is not None and value != mine:
                 return name, value, f"{slurm_name}={mine}"
     return None
+
+
+def bad_hosts(hosts: Sequence[str]) -> Sequence[str]:
+    """The names of ``hosts`` that :func:`errors.host_problem` refuses (empty when none): one
+    pass over all of them joined for the common case (no per-name call for a 100,000-node
+    list), each name looked at only when the joined text shows a problem."""
+    from ..errors import MAX_HOST, MAX_LABEL, host_problem
+
+    joined = ".".join(hosts)
+    if not hosts or (
+        joined.isascii() and joined.replace(".", "a").replace("-", "a").replace("_", "a").isalnum()
+        and ".." not in joined and ".-" not in joined and "-." not in joined
+        and joined[0] != "-" and joined[-1] != "-"
+        and max(len(part) for part in joined.split(".")) <= MAX_LABEL
+        and max(map(len, hosts)) <= MAX_HOST
+    ):
+        return ()
+    return [host for host in hosts if host_problem(host) is not None]
 
 
 # -- reading a launcher's variables ---------------------------------------------------------
@@ -168,9 +186,16 @@ class Topology:
         self.ephemeral = ephemeral
 
     def addresses(self, hosts: Sequence[str]) -> list[str]:
-        """The address of each host (the address template applied, if any)."""
+        """The address of each host (the address template applied, if any), each checked as
+        a host name (:func:`errors.host_problem`; the template's results by the template)."""
         address = self.address
-        return list(hosts) if address is None else [address(host) for host in hosts]
+        if address is not None:
+            return [address(host) for host in hosts]
+        for host in bad_hosts(hosts):
+            check_host("TF_CONFIG", host, "fix the node names the launcher gives, or give an "
+                       "address template (--addr-template) that makes host names of them",
+                       what="the node name")
+        return list(hosts)
 
     def largest_local(self) -> int | None:
         """The most tasks on one node (how many TensorFlow ports a node needs), if known."""
