@@ -23,6 +23,7 @@ benchmarks gives the context. The parts:
 * ``startup.py``: whole processes, and where ``slurmenv export``'s time goes;
 * ``scale.py``: ``resolve()`` and TF_CONFIG in process up to 100,000 tasks, peak memory;
 * ``rival_look.py``: rank 0 of an ``mpirun`` looking for rival launches;
+* ``hostile.py``: hostile input (128 KiB values) against the largest valid 1,000-node step;
 * ``page.py``: docs/performance.md.
 """
 
@@ -38,6 +39,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import hostile
 import page
 import rival_look
 import scale
@@ -184,6 +186,12 @@ def report(short: bool, tmp: Path, rounds: int) -> None:
                  "the look", "per process"], rows))
     for note in rival_notes:
         print(f"\n{note}")
+
+    rows, _ = hostile.bench(3 if short else rounds)
+    print(f"\n## Hostile input against the largest valid step (issue 26; CPU time, median of "
+          f"{3 if short else rounds})\n")
+    print(table(hostile.HEADER, rows))
+    print(f"\n{hostile.NOTE}")
 
     if not short:
         rows, mem_notes = scale.bench_memory(headline, SIZES[-1])

@@ -186,16 +186,32 @@ class Topology:
         self.ephemeral = ephemeral
 
     def addresses(self, hosts: Sequence[str]) -> list[str]:
-        """The address of each host (the address template applied, if any), each checked as
-        a host name (:func:`errors.host_problem`; the template's results by the template)."""
+        """The address of each host (the address template applied, if any), all checked as
+        host names at once (:func:`bad_hosts`): a refusal names the template when there is
+        one, else the node name."""
         address = self.address
-        if address is not None:
-            return [address(host) for host in hosts]
-        for host in bad_hosts(hosts):
-            check_host("TF_CONFIG", host, "fix the node names the launcher gives, or give an "
+        made = list(hosts) if address is None else [address(host, False) for host in hosts]
+        for bad in bad_hosts(made):
+            if address is not None:
+                address(hosts[made.index(bad)])  # raises, naming the template
+            check_host("TF_CONFIG", bad, "fix the node names the launcher gives, or give an "
                        "address template (--addr-template) that makes host names of them",
                        what="the node name")
-        return list(hosts)
+        return made
+
+    def tf_bound(self, world_size: int) -> int:
+        """The fewest bytes TF_CONFIG's worker list can take, known before it is built: every
+        rank's entry holds an address at least as long as the shortest (checked) address of
+        the nodes, a port of 4 digits or more, two quotes, a colon and a comma. 0 when the
+        launcher tells no node list (``tf_workers`` refuses then)."""
+        try:
+            hosts = self.hosts()
+        except SlurmEnvError:
+            return 0
+        if not hosts:
+            return 0
+        shortest = min(map(len, self.addresses(hosts)))
+        return world_size * (shortest + len(':1024"",'))
 
     def largest_local(self) -> int | None:
         """The most tasks on one node (how many TensorFlow ports a node needs), if known."""
@@ -242,7 +258,9 @@ if TYPE_CHECKING:
 
     from ..ports import Ports as PortPlan
 
-    AddressOf = Callable[[str], str]
+    #: host -> address through the address template: ``address(host)`` checks the result
+    #: (SlurmEnvError naming the template), ``address(host, False)`` only formats it.
+    AddressOf = Callable[..., str]
 
 
 class Task(NamedTuple):
