@@ -25,6 +25,7 @@ benchmarks gives the context. The parts:
 * ``rival_look.py``: rank 0 of an ``mpirun`` looking for rival launches;
 * ``step_check.py``: ``srun slurmenv exec --preflight`` against the number of ranks, on the tests'
   real Slurm cluster (short run: a tiny step on loopback);
+* ``hostile.py``: hostile input (128 KiB values) against the largest valid 1,000-node step;
 * ``page.py``: docs/performance.md.
 """
 
@@ -40,6 +41,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import hostile
 import page
 import rival_look
 import scale
@@ -193,6 +195,12 @@ def report(short: bool, tmp: Path, rounds: int) -> None:
     print(table(step_check.HEADER, rows))
     for note in step_notes:
         print(f"\n{note}")
+
+    rows, _ = hostile.bench(3 if short else rounds)
+    print(f"\n## Hostile input against the largest valid step (issue 26; CPU time, median of "
+          f"{3 if short else rounds})\n")
+    print(table(hostile.HEADER, rows))
+    print(f"\n{hostile.NOTE}")
 
     if not short:
         rows, mem_notes = scale.bench_memory(headline, SIZES[-1])

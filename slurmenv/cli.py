@@ -3,7 +3,8 @@
 ``main`` dispatches: ``export``, ``exec`` and ``help`` are here; ``show``, ``doctor``, ``dump``,
 ``torchrun`` and ``completion`` live in their own modules, loaded by name when used (:data:`EXTERNAL`). What
 the commands share (the resolution options, error messages, failing closed) is in
-``commandline.py``, below all of them; export's common path does not load it.
+``commandline.py``, below all of them; ``main`` loads it first (every command ends through
+it), so that a handler never has to import it after a failure such as a MemoryError.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .render import FORMATS, SHELLS
 if TYPE_CHECKING:
     import argparse  # imported for real only when argparse parses (see _fast_args)
     from collections.abc import Sequence
+    from types import ModuleType
     from typing import NoReturn
 
     from .options import Arg
@@ -186,6 +188,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     the shell's failure text on stdout besides the message on stderr (see fail_closed).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    # Loaded before anything can fail (every command ends through it anyway): after a
+    # MemoryError, importing it in the handlers below could fail again, with a traceback.
+    from . import commandline
+
     for stream in (sys.stdout, sys.stderr):  # a value the locale cannot encode: escaped, not a
         reconfigure = getattr(stream, "reconfigure", None)  # traceback (export writes UTF-8)
         if reconfigure is not None:
@@ -194,39 +200,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(argv)
     except SystemExit as exc:
         if exc.code not in (0, None):
-            _fail_closed_quietly(_asked_format(argv))
+            _fail_closed_quietly(commandline, _asked_format(argv))
         raise
     except KeyboardInterrupt:  # Ctrl-C or a SIGINT: stop, and no traceback
-        _fail_closed_quietly(_asked_format(argv))
-        from .commandline import say
-
-        say("slurmenv: interrupted. Nothing was exported.\n")
+        _fail_closed_quietly(commandline, _asked_format(argv))
+        commandline.say("slurmenv: interrupted. Nothing was exported.\n")
         return 130  # 128 + SIGINT, as a shell reports it
     except BrokenPipeError:
         # the reader went away (| head): nothing more to say to it, and no traceback
-        from .commandline import silence_stdout
-
-        silence_stdout()
+        commandline.silence_stdout()
         return 1
     except Exception as exc:
-        _fail_closed_quietly(_asked_format(argv))
+        _fail_closed_quietly(commandline, _asked_format(argv))
         if os.environ.get("SLURMENV_DEBUG", "") not in ("", "0"):
             raise
-        from .commandline import say, unexpected
-
-        status, message = unexpected(exc, "Nothing was exported.")
-        say(message)
+        status, message = commandline.unexpected(exc, "Nothing was exported.")
+        commandline.say(message)
         return status
 
 
-def _fail_closed_quietly(fmt: str | None) -> None:
-    """``commandline.fail_closed``, when stdout can still be written to."""
-    from .commandline import fail_closed, silence_stdout
-
+def _fail_closed_quietly(commandline: ModuleType, fmt: str | None) -> None:
+    """``commandline.fail_closed``, when stdout can still be written to (the module is
+    passed in, loaded before the failure: see :func:`main`)."""
     try:
-        fail_closed(fmt)
+        commandline.fail_closed(fmt)
     except (OSError, ValueError):
-        silence_stdout()
+        commandline.silence_stdout()
 
 
 def _run(argv: list[str]) -> int:

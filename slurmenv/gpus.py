@@ -143,8 +143,7 @@ def count_list(value: str) -> int:
 
 def node_gpus(environ: Mapping[str, str]) -> int | None:
     """The step's GPUs on this node (``SLURM_GPUS_ON_NODE``), None when Slurm does not say."""
-    text = environ.get("SLURM_GPUS_ON_NODE", "").strip()
-    return to_int(text)
+    return to_int(environ.get("SLURM_GPUS_ON_NODE", ""))
 
 
 def bound_by_slurm(environ: Mapping[str, str], name: str, count: int) -> str | None:

@@ -190,15 +190,17 @@ def expand(text: str, variable: str) -> list[str]:
     return NodeList(text, variable).names()
 
 
-def parse_tasks_per_node(text: str, variable: str) -> list[int]:
-    """Parse Slurm's compressed task counts (``2(x3),1`` → ``[2, 2, 2, 1]``).
+def parse_tasks_per_node(text: str, variable: str, most: int = MAX_NODES) -> list[int]:
+    """Parse Slurm's compressed task counts (``2(x3),1`` → ``[2, 2, 2, 1]``); refused as soon
+    as they list more than ``most`` nodes (the step's node count, when the caller knows it:
+    128 KiB of ``2,`` over a 1,000-node step stops after 1,001 entries).
 
     Every node of a step runs at least one task, so a zero count is an error, as is a
     repetition of zero (``2(x0)``), which python-hostlist would silently turn into nothing.
     """
     counts: list[int] = []
-    for part in text.strip().split(","):
-        count, paren, repeat_text = part.strip().partition("(x")
+    for part in text.split(","):  # as Slurm writes it: no blank anywhere
+        count, paren, repeat_text = part.partition("(x")
         if paren:
             repeat_text, close, rest = repeat_text.partition(")")
             ok = bool(close) and not rest and is_number(repeat_text)
@@ -212,6 +214,11 @@ def parse_tasks_per_node(text: str, variable: str) -> list[int]:
                 fix="it must look like '2(x3),1': positive counts, '(xN)' repeats a count N times",
             )
         times = int(repeat_text)
+        if len(counts) + times > most and most < MAX_NODES:
+            # more nodes than the caller's step has: the caller refuses the length, naming
+            # both values; the rest is not read
+            counts.extend(repeat(int(count), most + 1 - len(counts)))
+            return counts
         if len(counts) + times > MAX_NODES:
             raise SlurmEnvError(
                 f"{variable} lists more than {MAX_NODES} nodes",

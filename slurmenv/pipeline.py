@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from . import launchers, ports
 from ._compat import TYPE_CHECKING
-from .errors import SlurmEnvError, parse_int
+from .errors import HOST_RULE, SlurmEnvError, check_host, host_problem, parse_int
 from .launchers.base import Task
 from .options import Options
 from .render import RANK_FIELDS
@@ -228,7 +228,7 @@ def derive(
         )
     plan = port_plan(task, environ, options, ephemeral)
     topology = task.topology
-    topology.use(plan, address_of(options), ephemeral)
+    topology.use(plan, address_of(options, environ), ephemeral)
     sources = dict(task.sources)
     sources["MASTER_ADDR"] = addr_source
     sources["MASTER_PORT"] = plan.source
@@ -300,7 +300,7 @@ def check_inherited(task: Task, environ: Mapping[str, str]) -> list[str]:
                 fix=f"unset {name} before starting the tasks and let slurmenv set the others",
             )
         mine = getattr(task, RANK_FIELDS[name])
-        if inherited.strip() != str(mine):
+        if inherited != str(mine):
             raise SlurmEnvError(
                 f"{name}={inherited} is already set but this task's value is {mine} "
                 f"({task.sources.get(name, task.launcher)}): it was probably exported in the "
@@ -314,20 +314,40 @@ def check_inherited(task: Task, environ: Mapping[str, str]) -> list[str]:
     return notes
 
 
-def address_of(options: Options) -> AddressOf | None:
-    """A host name -> address function: the address template; None without one (host names
-    are addresses as they are: no call per host for a TF_CONFIG of 100,000 ranks)."""
-    if not options.addr_template:
+def address_of(options: Options, environ: Mapping[str, str] | None = None) -> AddressOf | None:
+    """A host name -> address function: the address template, each address it makes checked
+    (:func:`errors.check_host`); None without one (host names are addresses as they are: no
+    call per host for a TF_CONFIG of 100,000 ranks; ``Topology.addresses`` checks them)."""
+    template = options.addr_template
+    if not template:
         return None
 
-    def address(host: str) -> str:
-        return _apply_template(host, options)
+    def address(host: str, check: bool = True) -> str:
+        if check:
+            return _apply_template(host, options, environ)
+        return template.format(host=host)  # Topology.addresses checks them all at once
 
     return address
 
 
-def _apply_template(host: str, options: Options) -> str:
-    return options.addr_template.format(host=host) if options.addr_template else host
+def template_variable(environ: Mapping[str, str] | None) -> str:
+    """The name of the address template option as the user gave it."""
+    return "SLURMENV_ADDR_TEMPLATE" if (environ or {}).get("SLURMENV_ADDR_TEMPLATE") \
+        else "--addr-template"
+
+
+def _apply_template(host: str, options: Options, environ: Mapping[str, str] | None) -> str:
+    template = options.addr_template
+    if not template:
+        return host
+    made = template.format(host=host)
+    if host_problem(made) is not None:
+        variable = template_variable(environ)
+        check_host(
+            variable, made, f"fix {variable} or the node name {host!r}: the result must be "
+            f"{HOST_RULE}", what=f"the address {variable} makes of node {host!r},",
+        )
+    return made
 
 
 def address(
@@ -335,16 +355,23 @@ def address(
 ) -> tuple[str, str]:
     """``MASTER_ADDR`` and the sentence saying where it comes from."""
     if "MASTER_ADDR" in task.fixed:
-        return task.fixed["MASTER_ADDR"], task.sources.get("MASTER_ADDR", task.master_source)
+        fixed = check_host("MASTER_ADDR", task.fixed["MASTER_ADDR"], f"set MASTER_ADDR to "
+                           f"{HOST_RULE} ({task.sources.get('MASTER_ADDR', task.launcher)})")
+        return fixed, task.sources.get("MASTER_ADDR", task.master_source)
     explicit = getattr(options, "master_addr", None)
     if explicit:
-        return str(explicit), EXPLICIT_ADDR_SOURCE
+        given = "SLURMENV_MASTER_ADDR" if (environ or {}).get("SLURMENV_MASTER_ADDR") \
+            else "--master-addr"
+        return check_host(given, str(explicit), ADDR_FIX), EXPLICIT_ADDR_SOURCE
     if task.master_host is None:
         raise SlurmEnvError(
             f"the address of rank 0 cannot be known here: {task.master_source}",
             variable="MASTER_ADDR", value=None, fix=ADDR_FIX,
         )
-    master_addr = _apply_template(task.master_host, options)
+    if not options.addr_template:
+        check_host("MASTER_ADDR", task.master_host, ADDR_FIX + ", or fix the node name",
+                   what=f"rank 0's node name (from the {task.launcher} launcher's variables)")
+    master_addr = _apply_template(task.master_host, options, environ)
     source = task.master_source
     if options.addr_template:
         source += f", through the template {options.addr_template!r}"

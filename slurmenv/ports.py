@@ -75,7 +75,7 @@ class Ports(NamedTuple):
 
 def parse_range(text: str, variable: str) -> tuple[int, int]:
     """Parse ``LO-HI`` into a checked port range."""
-    lo_text, dash, hi_text = text.strip().partition("-")
+    lo_text, dash, hi_text = text.partition("-")
     if not (dash and is_number(lo_text) and is_number(hi_text)):
         raise SlurmEnvError("port range must be LO-HI", variable=variable, value=text, fix=RANGE_FIX)
     lo, hi = int(lo_text), int(hi_text)
@@ -91,7 +91,7 @@ def parse_range(text: str, variable: str) -> tuple[int, int]:
 
 def parse_port(text: str, variable: str) -> int:
     """Parse one TCP port number (FIRST_PORT-LAST_PORT)."""
-    if not is_number(text := text.strip()) or not FIRST_PORT <= int(text) <= LAST_PORT:
+    if not is_number(text) or not FIRST_PORT <= int(text) <= LAST_PORT:
         raise SlurmEnvError(
             "not a usable TCP port",
             variable=variable,
@@ -107,7 +107,7 @@ def parse_port_list(text: str, variable: str, limit: int | None = None) -> list[
     64,512 ports there are, since none may repeat); every part is checked all the same."""
     ranges: list[tuple[int, int]] = []
     for part in text.split(","):
-        lo, dash, hi = part.strip().partition("-")
+        lo, dash, hi = part.partition("-")
         if (
             not is_number(lo)
             or (dash and not is_number(hi))

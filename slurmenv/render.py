@@ -47,6 +47,8 @@ if TYPE_CHECKING:
         def tasks_per_node(self) -> str | None: ...
         @property
         def tf_config(self) -> dict[str, Any]: ...
+        @property
+        def tf_config_bound(self) -> int: ...
 
 SHELLS = ("sh", "bash", "zsh", "fish", "csh", "tcsh")
 FORMATS = ("json", "dotenv")
@@ -110,7 +112,7 @@ def env(res: Resolution, for_: str = "all") -> dict[str, str]:
         elif name == "TF_CONFIG":
             from . import tfconfig  # only outputs with TF_CONFIG need it
 
-            tfconfig.check_world(res.world_size)
+            tfconfig.check_world(res.world_size, res.tf_config_bound)
             out[name] = tfconfig.dumps(res.tf_config)
         else:
             out[name] = str(values[name])

@@ -269,6 +269,15 @@ class Resolution:
             return tuple(tfconfig.cluster_roles(fn()))
         return tuple(tfconfig.roles(self.world_size, self.tf_chief, self.tf_jobs))
 
+    @property
+    def tf_config_bound(self) -> int:
+        """The fewest bytes ``TF_CONFIG``'s JSON can take (0: unknown), computed from the
+        world size and the node addresses without building it (``render`` refuses a value
+        over Linux's limit before it is built)."""
+        if self._cache.get("tf_config_fn") is not None:
+            return 0
+        return int(self._cached("tf_bound", lambda: self._topology.tf_bound(self.world_size)))
+
     def _cached(self, key: str, compute: Callable[[], Any]) -> Any:
         if key not in self._cache:
             self._cache[key] = compute()

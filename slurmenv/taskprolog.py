@@ -67,7 +67,7 @@ def in_task_step(environ: Mapping[str, str]) -> bool:
     ``TaskProlog`` runs too and this prolog sets nothing)."""
     from .launchers.base import SPECIAL_STEPS, step_id
 
-    step = (step_id(environ) or "").strip()
+    step = step_id(environ) or ""
     return bool(step) and step not in SPECIAL_STEPS
 
 

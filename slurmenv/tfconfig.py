@@ -175,12 +175,16 @@ def dumps(config: dict[str, Any], check_size: bool = True) -> str:
 MIN_WORKER = 9
 
 
-def check_world(world_size: int) -> None:
-    """Refuse, before building it, a TF_CONFIG that cannot fit one environment variable
-    whatever the host names: a world of 20 million ranks would otherwise cost gigabytes to
-    build only to be refused by :func:`dumps`."""
+def check_world(world_size: int, bound: int = 0) -> None:
+    """Refuse, before building it, a TF_CONFIG that cannot fit one environment variable:
+    whatever the host names (a world of 20 million ranks would otherwise cost gigabytes to
+    build only to be refused by :func:`dumps`), or given ``bound``, the fewest bytes its
+    worker list takes with these addresses (``Resolution.tf_config_bound``: 2,000 ranks whose
+    addresses are 250 characters long are refused before 500 KB are built)."""
     if world_size * MIN_WORKER > MAX_VALUE:
         raise _too_large(f"at least {world_size * MIN_WORKER} bytes ({world_size} workers)", None)
+    if bound > MAX_VALUE:
+        raise _too_large(f"at least {bound} bytes ({world_size} workers)", None)
 
 
 def _too_large(size: str, text: str | None) -> SlurmEnvError:

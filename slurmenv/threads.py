@@ -88,7 +88,7 @@ def plan(environ: Mapping[str, str], affinity: Callable[[], int] = affinity_coun
     per_task = environ.get("SLURM_CPUS_PER_TASK")
     count = cpus_per_task(environ)
     if count is not None:
-        source = f"SLURM_CPUS_PER_TASK={str(per_task).strip()}"
+        source = f"SLURM_CPUS_PER_TASK={per_task}"
     else:
         count = max(1, affinity())
         source = f"CPU affinity of this task ({count} CPUs; SLURM_CPUS_PER_TASK unset)"

@@ -43,10 +43,15 @@ def test_a_bug_prints_the_failure_line_and_a_short_message(
 
 
 def test_an_ascii_locale_gets_utf8_values_and_escaped_messages() -> None:
-    env = {**STEP, "SLURMENV_ADDR_TEMPLATE": "{host}-ü", "PYTHONIOENCODING": "ascii"}
-    out = run(["export", "--for", "torch"], env)
+    tf = '{"cluster":{"worker":["h-ü:1"]},"task":{"type":"worker","index":0}}'
+    env = {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "h0", "MASTER_PORT": "29500",
+           "TF_CONFIG": tf, "PYTHONIOENCODING": "ascii"}  # a hand-set TF_CONFIG, as it is
+    out = run(["export", "--for", "tf"], env)
     assert out.returncode == 0, out.stderr
-    assert "export MASTER_ADDR='r1n09-ü';" in out.stdout
+    assert "h-\\u00fc:1" in out.stdout or "h-ü:1" in out.stdout, out.stdout
+    env = {**STEP, "SLURMENV_ADDR_TEMPLATE": "{host}-ü", "PYTHONIOENCODING": "ascii"}
+    out = run(["export", "--for", "torch"], env)  # no host name: refused, the value escaped
+    assert out.returncode == 1 and "Traceback" not in out.stderr and "\\xfc" in out.stderr
     bad = run(["export"], {**STEP, "SLURM_GTIDS": "ü", "PYTHONIOENCODING": "ascii"})
     assert bad.returncode == 1 and "Traceback" not in bad.stderr and "\\xfc" in bad.stderr
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from test_resolve import BAD, bad_env
 
 import slurmenv
-from slurmenv import cli, render
+from slurmenv import SlurmEnvError, cli, render
 
 _script = Path(sysconfig.get_path("scripts")) / "slurmenv"
 SLURMENV = str(_script) if _script.exists() else shutil.which("slurmenv")
@@ -103,23 +103,36 @@ ODD = "it's \"q\" $HOME `id` \\back\\  two  spaces\ttab\nnew line ! * ? [a] ~ ; 
 @pytest.mark.parametrize("quoted", [False, True], ids=["eval-unquoted", "eval-quoted"])
 @pytest.mark.parametrize("shell", SHELLS)
 def test_odd_characters_through_hand_set_values(shell: str, quoted: bool) -> None:
-    # outside Slurm, hand-set values are reported as they are: inject odd characters there
+    # outside Slurm, a hand-set TF_CONFIG is reported as it is: inject odd characters there
+    # (an address never holds them: a MASTER_ADDR like ODD is refused, see below)
     tf = {"cluster": {"worker": [ODD + ":1", "b:2"]}, "task": {"type": "worker", "index": 0}}
     env = base_env({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
-                    "MASTER_ADDR": ODD, "MASTER_PORT": "23456",
+                    "MASTER_ADDR": "h0", "MASTER_PORT": "23456",
                     "TF_CONFIG": json.dumps(tf)})
     want = expected_values(env)
-    assert want["MASTER_ADDR"] == ODD and json.loads(want["TF_CONFIG"]) == tf
+    assert json.loads(want["TF_CONFIG"]) == tf
     assert eval_and_dump(shell, env, list(want), quoted) == want
+    env["MASTER_ADDR"] = ODD
+    subst = '"$(slurmenv export)"' if quoted else "$(slurmenv export)"
+    proc = run([shell, "-c", f"eval {subst} && echo {GUARD_WORD}"], env)
+    assert proc.returncode != 0 and GUARD_WORD not in proc.stdout
+    assert "variable: MASTER_ADDR=" in proc.stderr and "not a host name" in proc.stderr
+
+
+GUARD_WORD = "SHOULD-NOT-RUN"
 
 
 @pytest.mark.parametrize("shell", SHELLS)
 def test_odd_characters_through_the_address_template(shell: str) -> None:
+    # a template that makes no host name is refused before any address is built
     template = "{host}'x $y \"*?[z]! \\"
     env = step(4, SLURMENV_ADDR_TEMPLATE=template)
-    want = expected_values(env)
-    assert want["MASTER_ADDR"] == template.format(host="rack1-n09")
-    assert eval_and_dump(shell, env, list(want), quoted=False) == want
+    with pytest.raises(SlurmEnvError) as err:
+        expected_values(env)
+    assert (err.value.variable, err.value.value) == ("SLURMENV_ADDR_TEMPLATE", template)
+    proc = run([shell, "-c", f"eval $(slurmenv export) && echo {GUARD_WORD}"], env)
+    assert proc.returncode != 0 and GUARD_WORD not in proc.stdout
+    assert "variable: SLURMENV_ADDR_TEMPLATE=" in proc.stderr
 
 
 NASTY = ["", " ", "  ", "\n", "\n\n", "a\n", "\t", " \t\n ", "'", "''", '"', "\\", "\\'",

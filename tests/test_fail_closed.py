@@ -413,9 +413,14 @@ def test_a_port_in_the_ephemeral_range_names_where_it_came_from() -> None:
 
 
 def test_resolve_addr_is_shown_as_given() -> None:
-    # 'r1n09..x' is not a valid name: the lookup fails locally (no query leaves the machine)
+    # 'r1n09..x' is not a host name: refused as the template's fault, before any lookup
     env = synth.step_env(HOSTS, [2, 2, 2, 2], 5, SLURMENV_RESOLVE_ADDR="yes",
                          SLURMENV_ADDR_TEMPLATE="{host}..x")
+    with pytest.raises(SlurmEnvError) as info:
+        resolve(env, ephemeral_range=None)
+    assert (info.value.variable, info.value.value) == ("SLURMENV_ADDR_TEMPLATE", "{host}..x")
+    # a host name no resolver knows (.invalid, RFC 6761): the lookup fails, named as given
+    env["SLURMENV_ADDR_TEMPLATE"] = "{host}.invalid"
     with pytest.raises(SlurmEnvError) as info:
         resolve(env, ephemeral_range=None)
     assert (info.value.variable, info.value.value) == ("SLURMENV_RESOLVE_ADDR", "yes")

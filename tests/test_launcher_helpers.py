@@ -23,7 +23,7 @@ FIX = "the launcher sets it in every task"
 # -- read_int / optional_int -------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("text", "minimum", "expected"),
-    [("0", 0, 0), ("7", 0, 7), (" 7\n", 0, 7), ("007", 0, 7), ("1", 1, 1),
+    [("0", 0, 0), ("7", 0, 7), ("70", 0, 70), ("1", 1, 1),
      ("9" * MAX_DIGITS, 0, int("9" * MAX_DIGITS))],
 )  # fmt: skip
 def test_read_int_reads_whole_numbers(text: str, minimum: int, expected: int) -> None:
@@ -38,6 +38,9 @@ def test_read_int_reads_whole_numbers(text: str, minimum: int, expected: int) ->
      ("\u0664", 0, "not a whole number"),  # Arabic-Indic four: int() would take it
      ("\u00b2", 0, "not a whole number"),  # superscript two: str.isdigit() would take it
      ("1 2", 0, "not a whole number"), ("9" * (MAX_DIGITS + 1), 0, f"more than {MAX_DIGITS} digits"),
+     (" 7", 0, "not a whole number"), ("7\n", 0, "not a whole number"),
+     (" 7\n", 0, "not a whole number"), ("007", 0, "leading zero"), ("01", 0, "leading zero"),
+     ("00", 0, "leading zero"),
      ("0", 1, "must be at least 1")],
 )  # fmt: skip
 def test_read_int_refuses_naming_variable_value_and_fix(text: str, minimum: int, said: str) -> None:
@@ -110,7 +113,10 @@ def test_launchers_refuse_disagreeing_variables_through_agree() -> None:
     hand = {"RANK": "3", "WORLD_SIZE": "8", "MASTER_ADDR": "h0", "MASTER_PORT": "29500",
             "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "NNODES": "4"}  # fmt: skip
     preset = launchers.load("preset")
-    assert preset.read({**hand, "NODE_RANK": "1", "GROUP_RANK": "01"}).node_rank == 1
+    assert preset.read({**hand, "NODE_RANK": "1", "GROUP_RANK": "1"}).node_rank == 1
+    with pytest.raises(SlurmEnvError) as info:  # read strictly: no leading zero
+        preset.read({**hand, "NODE_RANK": "1", "GROUP_RANK": "01"})
+    assert (info.value.variable, info.value.value) == ("GROUP_RANK", "01")
     with pytest.raises(SlurmEnvError) as info:
         preset.read({**hand, "NODE_RANK": "1", "GROUP_RANK": "2"})
     assert (info.value.variable, info.value.message) == ("NODE_RANK", "NODE_RANK=1 but GROUP_RANK=2")

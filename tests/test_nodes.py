@@ -70,7 +70,7 @@ def test_expand_errors_name_the_variable_and_value(text: str) -> None:
         ("2(x3),1", [2, 2, 2, 1]),
         ("5,1(x3)", [5, 1, 1, 1]),
         ("1", [1]),
-        (" 4(x2) ", [4, 4]),
+        ("4(x2)", [4, 4]),
         ("3(x1),2(x2)", [3, 2, 2]),
         ("12,1,12", [12, 1, 12]),
     ],
@@ -82,7 +82,7 @@ def test_tasks_per_node(text: str, counts: list[int]) -> None:
 @pytest.mark.parametrize(
     "text",
     ["2(x0)", "0", "1,0", "0(x3)", "2(x00)", "", "2(x)", "2x3", "(x3)", "2(x3", "-1", "a",
-     "1,,2", "1,", "1.5", "2(x-1)"],
+     "1,,2", "1,", "1.5", "2(x-1)", " 4(x2) ", "4(x2)\n", "04", "4(x02)", "4, 2"],
 )
 def test_tasks_per_node_errors(text: str) -> None:
     with pytest.raises(SlurmEnvError) as info:

@@ -270,7 +270,10 @@ def test_an_option_of_a_new_kind_is_one_kind_and_its_row(tmp_path: Path) -> None
 
 
 def test_master_addr_reaches_the_options(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert options.from_environ({"SLURMENV_MASTER_ADDR": " node017 "}).master_addr == "node017"
+    assert options.from_environ({"SLURMENV_MASTER_ADDR": "node017"}).master_addr == "node017"
+    with pytest.raises(SlurmEnvError) as err:  # an address is taken as it is, never stripped
+        options.from_environ({"SLURMENV_MASTER_ADDR": " node017 "})
+    assert (err.value.variable, err.value.value) == ("SLURMENV_MASTER_ADDR", " node017 ")
     seen: list[options.Options] = []
     from slurmenv import pipeline
 

@@ -555,7 +555,7 @@ def _check_threads(ctx: Context) -> Check:
     cpus = (ctx.facts or {}).get("cpus") or {}
     affinity = cpus.get("affinity")
     on_node_text = env.get("SLURM_CPUS_ON_NODE", "")
-    on_node = to_int(on_node_text) if is_number(on_node_text.strip()) else cpus.get("count")
+    on_node = to_int(on_node_text) if is_number(on_node_text) else cpus.get("count")
     if "OMP_NUM_THREADS" in res.bindings:
         value = res.bindings["OMP_NUM_THREADS"]
         why = res.sources.get("OMP_NUM_THREADS", "")
@@ -692,7 +692,8 @@ def _check_lightning(ctx: Context) -> Check:
         return Check("lightning", OK, "Lightning's own environment fits this process")
     if "SLURM_NTASKS" not in env or "SLURM_PROCID" not in env:
         return Check("lightning", OK, "not a Slurm step: Lightning's SLURMEnvironment stays out")
-    # Lightning's SLURMEnvironment takes SLURM_PROCID and SLURM_NTASKS as rank and world size.
+    # Lightning's SLURMEnvironment takes SLURM_PROCID and SLURM_NTASKS as rank and world size
+    # (with int(), which strips blanks: the strip below is Lightning's reading, not slurmenv's).
     if not interactive and (env["SLURM_PROCID"].strip(), env["SLURM_NTASKS"].strip()) != (
         str(res.rank), str(res.world_size)
     ):

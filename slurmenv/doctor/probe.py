@@ -93,8 +93,8 @@ def _lookup(name: str) -> dict[str, Any]:
 
     try:
         infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
-    except OSError as exc:
-        return {"name": name, "addresses": [], "error": str(exc)}
+    except (OSError, UnicodeError) as exc:  # UnicodeError: a label IDNA refuses (checked
+        return {"name": name, "addresses": [], "error": str(exc)}  # before, as a backstop)
     addresses: list[str] = []
     for family in (socket.AF_INET, socket.AF_INET6):
         for info in infos:

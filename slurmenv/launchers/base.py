@@ -13,7 +13,7 @@ the recipe) declares what ``contract.Launcher`` lists (``NAME``, ``VARIABLES``, 
 from __future__ import annotations
 
 from .._compat import TYPE_CHECKING, NamedTuple  # not typing's: on export's path
-from ..errors import SlurmEnvError, parse_int, require
+from ..errors import SlurmEnvError, check_host, parse_int, require
 
 INTERACTIVE_STEP = 4294967290  # salloc with LaunchParameters=use_interactive_step
 EXTERN_STEP = 4294967291
@@ -44,13 +44,13 @@ def in_job_outside_steps(environ: Mapping[str, str]) -> bool:
     if job_id(environ) is None:
         return False
     step = step_id(environ)
-    return step is None or step.strip() in (str(BATCH_STEP), str(EXTERN_STEP))
+    return step is None or step in (str(BATCH_STEP), str(EXTERN_STEP))
 
 
 def interactive_step(environ: Mapping[str, str]) -> bool:
     """salloc's interactive step (``LaunchParameters=use_interactive_step``): one process."""
     step = step_id(environ)
-    return job_id(environ) is not None and step is not None and step.strip() == str(INTERACTIVE_STEP)
+    return job_id(environ) is not None and step is not None and step == str(INTERACTIVE_STEP)
 
 
 def slurm_step_is_own(environ: Mapping[str, str]) -> bool:
@@ -66,7 +66,7 @@ def slurm_step_is_own(environ: Mapping[str, str]) -> bool:
     if job_id(environ) is None:
         return False
     step = step_id(environ)
-    if step is None or step.strip() in SPECIAL_STEPS:
+    if step is None or step in SPECIAL_STEPS:
         return False
     if "MPI_LOCALRANKID" in environ:
         # Hydra's own variable (srun --mpi=pmi2 never sets it): a Hydra rank under its proxy
@@ -86,6 +86,24 @@ def foreign_mpi(environ: Mapping[str, str]) -> tuple[str, str, str] | None:
             if value is not None and value != mine:
                 return name, value, f"{slurm_name}={mine}"
     return None
+
+
+def bad_hosts(hosts: Sequence[str]) -> Sequence[str]:
+    """The names of ``hosts`` that :func:`errors.host_problem` refuses (empty when none): one
+    pass over all of them joined for the common case (no per-name call for a 100,000-node
+    list), each name looked at only when the joined text shows a problem."""
+    from ..errors import MAX_HOST, MAX_LABEL, host_problem
+
+    joined = ".".join(hosts)
+    if not hosts or (
+        joined.isascii() and joined.replace(".", "a").replace("-", "a").replace("_", "a").isalnum()
+        and ".." not in joined and ".-" not in joined and "-." not in joined
+        and joined[0] != "-" and joined[-1] != "-"
+        and max(len(part) for part in joined.split(".")) <= MAX_LABEL
+        and max(map(len, hosts)) <= MAX_HOST
+    ):
+        return ()
+    return [host for host in hosts if host_problem(host) is not None]
 
 
 # -- reading a launcher's variables ---------------------------------------------------------
@@ -163,9 +181,32 @@ class Topology:
         self.ephemeral = ephemeral
 
     def addresses(self, hosts: Sequence[str]) -> list[str]:
-        """The address of each host (the address template applied, if any)."""
+        """The address of each host (the address template applied, if any), all checked as
+        host names at once (:func:`bad_hosts`): a refusal names the template when there is
+        one, else the node name."""
         address = self.address
-        return list(hosts) if address is None else [address(host) for host in hosts]
+        made = list(hosts) if address is None else [address(host, False) for host in hosts]
+        for bad in bad_hosts(made):
+            if address is not None:
+                address(hosts[made.index(bad)])  # raises, naming the template
+            check_host("TF_CONFIG", bad, "fix the node names the launcher gives, or give an "
+                       "address template (--addr-template) that makes host names of them",
+                       what="the node name")
+        return made
+
+    def tf_bound(self, world_size: int) -> int:
+        """The fewest bytes TF_CONFIG's worker list can take, known before it is built: every
+        rank's entry holds an address at least as long as the shortest (checked) address of
+        the nodes, a port of 4 digits or more, two quotes, a colon and a comma. 0 when the
+        launcher tells no node list (``tf_workers`` refuses then)."""
+        try:
+            hosts = self.hosts()
+        except SlurmEnvError:
+            return 0
+        if not hosts:
+            return 0
+        shortest = min(map(len, self.addresses(hosts)))
+        return world_size * (shortest + len(':1024"",'))
 
     def largest_local(self) -> int | None:
         """The most tasks on one node (how many TensorFlow ports a node needs), if known."""
@@ -212,7 +253,9 @@ if TYPE_CHECKING:
 
     from ..ports import Ports as PortPlan
 
-    AddressOf = Callable[[str], str]
+    #: host -> address through the address template: ``address(host)`` checks the result
+    #: (SlurmEnvError naming the template), ``address(host, False)`` only formats it.
+    AddressOf = Callable[..., str]
 
 
 class Task(NamedTuple):

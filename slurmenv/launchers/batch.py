@@ -112,7 +112,7 @@ def one_task_job(environ: Mapping[str, str]) -> str | None:
     nodes = next((n for n in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES") if environ.get(n)), None)
     if tasks is None or nodes is None:
         return None
-    if environ[tasks].strip() != "1" or environ[nodes].strip() != "1":
+    if environ[tasks] != "1" or environ[nodes] != "1":
         return None
     return f"{tasks}=1 and {nodes}=1"
 

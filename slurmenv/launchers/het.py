@@ -251,7 +251,7 @@ class HetStep(SlurmStep):
                 variable="SLURM_NODEID", value=str(self.nodeid), fix=STEP_FIX,
             )
         gtids_text = require(self.environ, "SLURM_GTIDS", STEP_FIX)
-        gtids = parse_gtids(gtids_text)
+        gtids = parse_gtids(gtids_text, self.counts[self.nodeid])
         part = self.part_of(self.nodeid)
         ranks = range(part.first_rank, part.first_rank + part.ntasks)
         placed = self.placement()

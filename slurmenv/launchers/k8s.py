@@ -94,7 +94,7 @@ def read(environ: Mapping[str, str]) -> Task:
     """One pod = one process, checked; several processes per pod: refused with the fix."""
     who = _operator(environ)
     nproc = environ.get("PET_NPROC_PER_NODE")
-    if nproc is not None and nproc.strip() != "1":
+    if nproc is not None and nproc != "1":
         raise _several(
             f"PET_NPROC_PER_NODE={nproc} ({who})", "PET_NPROC_PER_NODE", nproc
         )
@@ -102,7 +102,7 @@ def read(environ: Mapping[str, str]) -> Task:
     if local:
         raise _several(f"LOCAL_RANK={local} in a pod of {who}", "LOCAL_RANK", str(local))
     nnodes_text = environ.get("PET_NNODES")
-    if nnodes_text is not None and not is_number(nnodes_text.strip()):
+    if nnodes_text is not None and ":" in nnodes_text:
         raise SlurmEnvError(
             f"PET_NNODES={nnodes_text} is a range: an elastic job, whose size only torchrun's "
             "rendezvous knows",

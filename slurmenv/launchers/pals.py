@@ -93,10 +93,10 @@ def detect(environ: Mapping[str, str]) -> bool:
 
 def port_seed(environ: Mapping[str, str]) -> tuple[tuple[int, int] | None, str]:
     """(job, launch) for the port formula, and the sentence naming the variables."""
-    apid = environ.get("PALS_APID", "").strip()
+    apid = environ.get("PALS_APID", "")
     job_text, dot, step_text = apid.partition(".")
     slurm_apid = bool(dot) and is_number(job_text) and is_number(step_text)
-    pbs_job = environ.get("PBS_JOBID", "").strip()
+    pbs_job = environ.get("PBS_JOBID", "")
     number = pbs_job.partition(".")[0].partition("[")[0]
     if is_number(number):
         if slurm_apid:
@@ -119,7 +119,7 @@ def launch_key(environ: Mapping[str, str]) -> tuple[str, str] | None:
     launches of one job can then draw one port, so the port lies outside the job's block and
     rank 0 looks for rival launches (``rivals.py``). None for Slurm's ``<job>.<step>`` APID,
     a step ID of its own, and without an APID."""
-    apid = environ.get("PALS_APID", "").strip()
+    apid = environ.get("PALS_APID", "")
     job_text, dot, step_text = apid.partition(".")
     if not apid or (dot and is_number(job_text) and is_number(step_text)):
         return None

@@ -87,9 +87,12 @@ HOSTFILE_FIX = "SLURM_HOSTFILE must name the host file given to srun -m arbitrar
 detect = slurm_step_is_own
 
 
-def parse_gtids(text: str) -> list[int]:
-    """``SLURM_GTIDS``: the step's ranks on this node (``0,4,5``)."""
-    ranks = [to_int(x) for x in text.split(",")]
+def parse_gtids(text: str, most: int | None = None) -> list[int]:
+    """``SLURM_GTIDS``: the step's ranks on this node (``0,4,5``). With ``most`` (the tasks
+    this node runs), only the first ``most + 1`` entries are read: a longer list is wrong
+    whatever its tail (the caller refuses it), and 128 KiB of ``0,`` costs no more than it."""
+    parts = text.split(",", most + 1) if most is not None else text.split(",")
+    ranks = [to_int(x) for x in parts[: None if most is None else most + 1]]
     if None in ranks:
         raise SlurmEnvError(
             "SLURM_GTIDS is not a comma-separated list of ranks",
@@ -109,7 +112,8 @@ class SlurmStep(Topology):
         self.nnodes = read_int(environ, "SLURM_STEP_NUM_NODES", STEP_FIX, minimum=1)
         self.ntasks = read_int(environ, "SLURM_STEP_NUM_TASKS", STEP_FIX, minimum=1)
         self.tasks_per_node = require(environ, "SLURM_STEP_TASKS_PER_NODE", STEP_FIX)
-        self.counts = nodes.parse_tasks_per_node(self.tasks_per_node, "SLURM_STEP_TASKS_PER_NODE")
+        self.counts = nodes.parse_tasks_per_node(self.tasks_per_node, "SLURM_STEP_TASKS_PER_NODE",
+                                                 self.nnodes)
         self.procid = read_int(environ, "SLURM_PROCID", STEP_FIX)
         self.localid = read_int(environ, "SLURM_LOCALID", STEP_FIX)
         self.nodeid = read_int(environ, "SLURM_NODEID", STEP_FIX)
@@ -236,7 +240,7 @@ class SlurmStep(Topology):
         gtids_text = self.environ.get("SLURM_GTIDS")
         gtids = None
         if gtids_text:
-            gtids = parse_gtids(gtids_text)
+            gtids = parse_gtids(gtids_text, self.counts[self.nodeid])
             if self.procid not in gtids or len(gtids) != self.counts[self.nodeid]:
                 raise SlurmEnvError(
                     f"SLURM_GTIDS disagrees with SLURM_PROCID={self.procid} and "
