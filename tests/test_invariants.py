@@ -112,7 +112,7 @@ LAUNCHES: dict[str, Callable[[Path], list[tuple[str, Launch]]]] = {
         "hydra_default", "hydra_ppn", "hydra_hosts", "impi_uneven", "impi_rr", "mpich5_ppn",
         "hydra_leak")],
     "mvapich": lambda tmp: [("one node", _mvapich(4))],
-    "outside_step": lambda tmp: [("one-task job", _one_task_job())],
+    "batch": lambda tmp: [("one-task job", _one_task_job())],
     "k8s": lambda tmp: [*_beyond("kubeflow_pytorchjob"), *_beyond("trainer_v2"),
                         *_beyond("volcano")],
     "preset": lambda tmp: [("2x2", _preset(2, 2)), ("1x3", _preset(1, 3))],

@@ -307,9 +307,10 @@ def test_a_message_over_the_cap_is_not_sent() -> None:
 
 
 def test_what_a_task_sends_fits_the_cap_whatever_its_environment() -> None:
-    env = step([3, 3], 20000, r0={"SLURMENV_ADDR_TEMPLATE": "{host}" + "-x" * 5000})[0]
+    # the longest template the resolver takes, and option text far longer than that
+    env = step([3, 3], 20000, r0={"SLURMENV_ADDR_TEMPLATE": "{host}" + ".xxxxxxxxxx" * 20})[0]
     res = resolve(env, ephemeral_range=None, rivals=None)
-    facts = stepcheck.facts_of(res, {"addr_template": env["SLURMENV_ADDR_TEMPLATE"]})
+    facts = stepcheck.facts_of(res, {"addr_template": "{host}" + "-x" * 5000})
     assert len(stepcheck.encode(facts)) <= stepcheck.MAX_MESSAGE
 
 
