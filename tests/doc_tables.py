@@ -36,7 +36,8 @@ def _launchers(render: str) -> Callable[[], str]:
 
 
 def _doctor_checks() -> str:
-    # the checks register themselves when checks.py is imported (slurmenv.doctor loads it lazily)
+    # the checks register themselves when checks.py imports the checks_* modules
+    # (slurmenv.doctor loads it lazily)
     from slurmenv.doctor import checks, registry
 
     assert checks.diagnose is not None
@@ -66,7 +67,7 @@ BLOCKS: dict[str, tuple[Callable[[], str], str]] = {
     "launcher-tests": (_launchers("launcher_tests"), "the CLAIMS of slurmenv/launchers/*.py"),
     "mpi-versions": (_launchers("mpi_versions"), "the CLAIMS of slurmenv/launchers/*.py"),
     "beyond-slurm": (_launchers("beyond_slurm"), "the CLAIMS of slurmenv/launchers/*.py"),
-    "doctor-checks": (_doctor_checks, "the @check registrations of slurmenv/doctor/checks.py"),
+    "doctor-checks": (_doctor_checks, "the @check registrations of slurmenv/doctor/checks_*.py"),
     "api-signatures": (_api_signatures, "the signatures of slurmenv's public functions"),
 }
 

@@ -95,10 +95,7 @@ def test_a_launcher_without_claims_is_refused(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_a_new_doctor_check_appears_in_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(registry, "CHECKS", dict(registry.CHECKS))
-    monkeypatch.setattr(registry, "LOOKS_AT", dict(registry.LOOKS_AT))
-    monkeypatch.setattr(registry, "NEEDS", dict(registry.NEEDS))
-    monkeypatch.setattr(registry, "FUNCTIONS", list(registry.FUNCTIONS))
+    monkeypatch.setattr(registry, "ENTRIES", list(registry.ENTRIES))
     registry.check("new", "new check", "what the new check looks at")(lambda ctx: None)
     assert registry.markdown().splitlines()[-1] == "| `new check` | what the new check looks at |"
     text = (ROOT / "docs" / "debugging.md").read_text(encoding="utf-8")
@@ -106,7 +103,10 @@ def test_a_new_doctor_check_appears_in_the_table(monkeypatch: pytest.MonkeyPatch
 
 
 def test_every_doctor_check_says_what_it_looks_at() -> None:
-    assert list(registry.LOOKS_AT) == list(registry.CHECKS)
+    from slurmenv.doctor import checks
+
+    assert list(registry.CHECKS) == list(checks.ORDER)
+    assert all(entry.looks_at.strip() for entry in registry.ENTRIES)
     with pytest.raises(ValueError, match="one line"):
         registry.check("other", "other", "two\nlines")
 

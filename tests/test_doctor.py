@@ -585,26 +585,18 @@ def later_check(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(probe, "_facts", with_later_fact)
 
     def check_later(ctx: Any) -> Any:
-        if ctx.facts is None:
-            return ctx.skipped_local("later")
-        value = ctx.facts["later_fact"]  # never missing: a dump predating it does not get here
+        # facts=("later_fact",): not called when the node was not probed (skipped_local)
+        value = ctx.probed["later_fact"]  # never missing: a dump predating it does not get here
         if value is None:
             return doctor.Check("later", "skipped", "no resolution")
         return doctor.Check("later", "ok", f"later fact {value}")
 
-    checks, functions, needs = dict(registry.CHECKS), list(registry.FUNCTIONS), dict(registry.NEEDS)
-    looks_at = dict(registry.LOOKS_AT)
+    entries = list(registry.ENTRIES)
     registry.check("later", "later", "a later fact", facts=("later_fact",))(check_later)
     try:
         yield
-    finally:  # the registry as it was, in place (checks.py and report.py hold the same objects)
-        registry.CHECKS.clear()
-        registry.CHECKS.update(checks)
-        registry.FUNCTIONS[:] = functions
-        registry.NEEDS.clear()
-        registry.NEEDS.update(needs)
-        registry.LOOKS_AT.clear()
-        registry.LOOKS_AT.update(looks_at)
+    finally:  # the registry as it was, in place (the runner and report.py read that list)
+        registry.ENTRIES[:] = entries
 
 
 @pytest.mark.parametrize("path", DUMPS, ids=[p.stem for p in DUMPS])
@@ -663,8 +655,9 @@ def test_every_fact_a_check_needs_is_one_the_probe_records() -> None:
 
     facts_ = sys.modules["slurmenv.doctor.probe"].FACTS
     assert set(context.FIRST_FACTS) <= set(facts_)
-    for name, needed in registry.NEEDS.items():
-        assert set(needed) <= set(facts_), name
+    assert any(entry.facts for entry in registry.ENTRIES)
+    for entry in registry.ENTRIES:
+        assert set(entry.facts) <= set(facts_), entry.name
     assert set(doctor.probe(synth.clean_env())) == set(facts_)
     with dump.load(str(DUMP_DIR / "batch-script.json")).environment() as env:
         found = doctor.probe(env)  # no resolution: the first facts leave some out, no later one
@@ -736,4 +729,74 @@ def test_enroot_check_is_quiet_without_the_hooks_port(extra: dict[str, str]) -> 
 def test_enroot_check_reads_any_job_id(job: str) -> None:
     env = _hook_env(0, (4536, 61000))
     env["SLURM_JOB_ID"] = job
-    assert doctor.checks.enroot_hook_port(env) is None
+    assert doctor.checks_ports.enroot_hook_port(env) is None
+
+
+# -- the registry: one record per check, the guard declared once -----------------------------
+
+
+@contextlib.contextmanager
+def extra_check(monkeypatch: pytest.MonkeyPatch, **guard: Any) -> Iterator[list[Any]]:
+    """A check ``extra`` registered with ``guard`` for the block; yields the contexts it was
+    called with."""
+    from slurmenv.doctor import registry
+
+    monkeypatch.setattr(registry, "ENTRIES", list(registry.ENTRIES))
+    calls: list[Any] = []
+
+    def check_extra(ctx: Any) -> Any:
+        calls.append(ctx)
+        return doctor.Check("extra", "ok", "called")
+
+    registry.check("extra", "extra", "a test check", **guard)(check_extra)
+    yield calls
+
+
+def test_a_check_needing_a_resolution_is_not_called_without_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with extra_check(monkeypatch, resolution=True) as calls:
+        broken = doctor.diagnose(step(SLURM_PROCID="x"), {}, facts=facts()).checks[-1]
+        healthy = doctor.diagnose(step(), {}, facts=facts()).checks[-1]
+    assert broken == doctor.Check("extra", "skipped", "needs a resolution (see above)")
+    assert healthy == doctor.Check("extra", "ok", "called") and len(calls) == 1
+
+
+def test_a_check_needing_facts_is_skipped_when_the_node_was_not_probed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with extra_check(monkeypatch, facts=("cpus",)) as calls:
+        unprobed = doctor.diagnose(step(), {}, facts=None).checks[-1]
+        probed = doctor.diagnose(step(), {}, facts=facts()).checks[-1]
+    assert unprobed.verdict == "skipped" and "not probed" in unprobed.message
+    assert probed.message == "called" and len(calls) == 1
+
+
+def test_a_check_reporting_resolver_errors_gets_the_resolvers_message_and_fix(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with extra_check(monkeypatch, errors=("counts",), resolution=True) as calls:
+        report = doctor.diagnose(step(SLURM_PROCID="x"), {}, facts=facts())
+    counts, extra = report.checks[1], report.checks[-1]
+    assert counts.verdict == "error" and not calls
+    assert (extra.verdict, extra.message, extra.fix) == ("error", counts.message, counts.fix)
+
+
+def test_the_check_order_names_every_registered_check_once() -> None:
+    from slurmenv.doctor import checks, registry
+
+    assert [entry.name for entry in registry.ENTRIES] == list(checks.ORDER)
+    for wrong in (checks.ORDER[:-1], (*checks.ORDER, "step"), (*checks.ORDER[:-1], "nope")):
+        with pytest.raises(ValueError, match="does not name each registered check"):
+            registry.order(wrong)
+    assert [entry.name for entry in registry.ENTRIES] == list(checks.ORDER)  # unchanged
+
+
+def test_no_module_of_the_doctor_passes_500_lines() -> None:
+    """The checks are split by topic (issue 27): a module that grows past 500 lines is split."""
+    package = Path(doctor.__file__).parent
+    modules = sorted(package.rglob("*.py"))
+    assert len(modules) >= 12
+    long = {str(p.relative_to(package)): n for p in modules
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500}
+    assert not long, f"doctor modules over 500 lines, split them by topic: {long}"

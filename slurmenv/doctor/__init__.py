@@ -13,9 +13,11 @@ The checks are split in two halves so that a dump can be replayed anywhere:
   verdicts, without touching the machine (so ``doctor --from FILE`` gives the same verdicts
   on a laptop).
 
-Layout: ``registry.py`` (the ``@check`` decorator and the print order), ``context.py`` (what
-a check looks at), ``checks.py`` (one function per check), ``rules.py`` (NCCL/gloo/gRPC
-rules), ``report.py`` (verdicts, text and JSON), ``command.py`` (the command line).
+Layout: ``registry.py`` (one record per check, the ``@check`` decorator), ``context.py``
+(what a check looks at), ``checks.py`` (the print order and the runner, with each record's
+guard), ``checks_*.py`` (the checks, one function each, by topic), ``rules.py``
+(NCCL/gloo/gRPC rules), ``report.py`` (verdicts, text and JSON), ``command.py`` (the command
+line).
 
 Importing this package loads the probe and what it needs (``slurmenv dump --probe`` imports
 ``slurmenv.doctor.probe``, and nothing more of the doctor); the checks and the command line
@@ -55,7 +57,7 @@ __all__ = [
 ]  # fmt: skip
 
 #: The public names loaded on first use, and their module (CHECKS is complete only once
-#: checks.py has registered every check).
+#: checks.py has imported the checks_* modules, which register every check).
 _LAZY = {"CHECKS": "checks", "diagnose": "checks", "build_parser": "command", "main": "command",
          "replay": "command"}
 

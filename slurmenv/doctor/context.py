@@ -150,6 +150,22 @@ class Context:
             return None
         return socket_ifname(name, (self.facts or {}).get("interfaces", {}))
 
+    @property
+    def resolved(self) -> Resolution:
+        """The resolution, in a check registered with ``resolution=True`` (the runner calls it
+        only when there is one)."""
+        if self.res is None:
+            raise LookupError("no resolution: register the check with resolution=True")
+        return self.res
+
+    @property
+    def probed(self) -> Mapping[str, Any]:
+        """The node facts, in a check registered with ``facts=`` (the runner calls it only
+        when the node was probed)."""
+        if self.facts is None:
+            raise LookupError("no node facts: register the check with facts=(...)")
+        return self.facts
+
     def skipped_local(self, what: str) -> Check:
         return Check(what, SKIPPED, NOT_PROBED)
 

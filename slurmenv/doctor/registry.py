@@ -1,10 +1,16 @@
-"""The doctor's checks, in the order they run and are printed.
+"""The doctor's checks: one record each (:class:`Entry`), in one list, in print order.
 
-A check is one function ``(Context) -> Check`` registered with :func:`check`; the order of
-registration (the order of the functions in ``checks.py``) is the order of the report. Each
-says in one line what it looks at: :func:`markdown` makes docs/debugging.md's table of them. A
-check that cannot do without a node fact names it (``facts=``): replaying a dump recorded before
-that fact existed, the check is reported skipped ("not recorded in this dump") instead of run.
+A check is one function ``(Context) -> Check`` registered with :func:`check` in a topic
+module of ``checks/``; ``checks/__init__.py``'s ``ORDER`` puts them in the order of the report
+(:func:`order`). Each says in one line what it looks at: :func:`markdown` makes
+docs/debugging.md's table of them.
+
+The guard every check would otherwise open with is declared in its record and run once, by
+``checks.diagnose``: a check with ``resolution=True`` is not called without a resolution (its
+verdict is the context's ``no_resolution``); one naming node facts (``facts=``) is reported
+skipped when the node was not probed (``skipped_local``) or when the replayed dump predates one
+of those facts ("not recorded in this dump"); one naming resolver ``errors`` (the categories of
+``Context.err_category``) reports that error with the resolver's own message and fix.
 
 This module is the lowest of the package (``report.py`` prints with its labels), so it does
 not name the types of the modules above it (``context.Context``, ``report.Check``): the
@@ -13,30 +19,62 @@ decorator keeps each function's own type, and ``checks.diagnose`` calls them wit
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .._compat import NamedTuple
 
 if TYPE_CHECKING:
-    from typing import Any, TypeVar
+    from typing import TypeVar
 
     CheckFunction = TypeVar("CheckFunction", bound=Callable[..., Any])
 
+
+class Entry(NamedTuple):
+    """One check: ``name`` is the key in ``Check.name`` and JSON, ``label`` what text output
+    shows, ``looks_at`` docs/debugging.md's row; the rest is its shared guard (see above)."""
+
+    name: str
+    label: str
+    looks_at: str
+    function: Callable[..., Any]
+    facts: tuple[str, ...] = ()
+    resolution: bool = False
+    errors: tuple[str, ...] = ()
+
+
+#: The registry: every check, in print order (the only list of them).
+ENTRIES: list[Entry] = []
+
+
+class _Labels(Mapping[str, str]):
+    """name -> label, in print order: a view of :data:`ENTRIES`."""
+
+    def __getitem__(self, name: str) -> str:
+        for entry in ENTRIES:
+            if entry.name == name:
+                return entry.label
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([entry.name for entry in ENTRIES])
+
+    def __len__(self) -> int:
+        return len(ENTRIES)
+
+
 #: name -> label, in print order (``Check.name`` is a key; the label is what text output shows).
-CHECKS: dict[str, str] = {}
-#: The check functions, in the same order: each ``(Context) -> Check``.
-FUNCTIONS: list[Callable[..., Any]] = []
-#: name -> what the check looks at (Markdown, one line): docs/debugging.md's table.
-LOOKS_AT: dict[str, str] = {}
-#: name -> the node facts (keys of ``probe()``) the check cannot do without.
-NEEDS: dict[str, tuple[str, ...]] = {}
+CHECKS: Mapping[str, str] = _Labels()
 
 
 def check(
-    name: str, label: str, looks_at: str, *, facts: tuple[str, ...] = ()
+    name: str, label: str, looks_at: str, *, facts: tuple[str, ...] = (),
+    resolution: bool = False, errors: tuple[str, ...] = (),
 ) -> Callable[[CheckFunction], CheckFunction]:
     """Register the decorated function as the check ``name``, shown as ``label``; ``looks_at``
     says what it looks at, for the docs; ``facts`` are the node facts (``probe.FACTS``) it
-    needs when the node was probed."""
+    needs, ``resolution`` whether it needs a resolution, ``errors`` the resolver errors it
+    reports (see the module's docstring)."""
 
     if not looks_at.strip() or "\n" in looks_at or "|" in looks_at:
         raise ValueError(f"doctor check {name!r}: looks_at is one line without '|'")
@@ -44,17 +82,25 @@ def check(
     def register(function: CheckFunction) -> CheckFunction:
         if name in CHECKS:
             raise ValueError(f"doctor check {name!r} is registered twice")
-        CHECKS[name] = label
-        LOOKS_AT[name] = looks_at
-        FUNCTIONS.append(function)
-        NEEDS[name] = facts
+        ENTRIES.append(Entry(name, label, looks_at, function, facts, resolution, errors))
         return function
 
     return register
 
 
+def order(names: Sequence[str]) -> None:
+    """Put the registered checks in the order of ``names``, which must name each once."""
+    by_name = {entry.name: entry for entry in ENTRIES}
+    if sorted(names) != sorted(by_name):
+        raise ValueError(
+            f"the doctor's check order {list(names)} does not name each registered check "
+            f"{sorted(by_name)} once"
+        )
+    ENTRIES[:] = [by_name[name] for name in names]
+
+
 def markdown() -> str:
     """docs/debugging.md's table: every check (in print order) and what it looks at."""
     lines = ["| check | what it looks at |", "|---|---|"]
-    lines += [f"| `{label}` | {LOOKS_AT[name]} |" for name, label in CHECKS.items()]
+    lines += [f"| `{entry.label}` | {entry.looks_at} |" for entry in ENTRIES]
     return "\n".join(lines)
