@@ -15,7 +15,8 @@ import os
 from ._compat import TYPE_CHECKING
 from .errors import SlurmEnvError
 from .options import Options
-from .resolution import OUTPUTS, Resolution
+from .render import OUTPUTS
+from .resolution import Resolution
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping

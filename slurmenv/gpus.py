@@ -29,24 +29,8 @@ from .errors import SlurmEnvError, to_int
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
-    from typing import Protocol
 
-    class Resolution(Protocol):
-        """The attributes of a ``slurmenv.Resolution`` that :func:`per_rank` reads. A Protocol,
-        since resolution.py imports this module (mypy checks that a Resolution has them)."""
-
-        rank: int
-        world_size: int
-        local_world_size: int
-        bindings: Mapping[str, str]
-        gpus: tuple[str, ...] | None
-
-        @property
-        def node_rank(self) -> int: ...
-        @property
-        def node_of(self) -> tuple[int, ...]: ...
-        @property
-        def local_of(self) -> tuple[int, ...]: ...
+    from .resolution import Resolution  # types only (see render.py)
 
 #: The GPU lists Slurm sets for every task (gres/gpu), in the order they are reported (and
 #: exported, when GPU binding narrows them).

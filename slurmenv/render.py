@@ -14,41 +14,11 @@ from ._compat import TYPE_CHECKING
 from .errors import SlurmEnvError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
-    from typing import Any, Protocol
+    from collections.abc import Callable, Mapping, MutableMapping
 
-    class Resolution(Protocol):
-        """What the outputs are computed from: the attributes of a ``slurmenv.Resolution`` that
-        this module reads. A Protocol, since resolution.py imports this module (mypy checks
-        that a Resolution has them wherever one is passed)."""
-
-        launcher: str
-        rank: int
-        local_rank: int
-        world_size: int
-        local_world_size: int
-        unknown: tuple[str, ...]
-        master_addr: str
-        master_port: int
-        hostname: str
-        job_id: str | None
-        step_id: str | None
-        sources: Mapping[str, str]
-        bindings: Mapping[str, str]
-        gpus: tuple[str, ...] | None
-        gpu_source: str
-        in_worker: bool
-
-        @property
-        def node_rank(self) -> int: ...
-        @property
-        def nnodes(self) -> int: ...
-        @property
-        def tasks_per_node(self) -> str | None: ...
-        @property
-        def tf_config(self) -> dict[str, Any]: ...
-        @property
-        def tf_config_bound(self) -> int: ...
+    # Types only: resolution.py imports this module lazily, inside Resolution.env/apply (the
+    # one loop of the two, written in tests/test_imports.py's ALLOWED_LOOPS).
+    from .resolution import Resolution
 
 SHELLS = ("sh", "bash", "zsh", "fish", "csh", "tcsh")
 FORMATS = ("json", "dotenv")
@@ -127,6 +97,27 @@ def env(res: Resolution, for_: str = "all") -> dict[str, str]:
             ) from None
     return out
 
+
+
+#: What ``apply()`` replaces even without ``overwrite``: values that describe the step (an
+#: inherited one is stale) and GPU lists that binding narrowed.
+ALWAYS_REPLACED = ("MASTER_ADDR", "TF_CONFIG", *gpus.VARIABLES)
+
+
+def apply(
+    res: Resolution, target: MutableMapping[str, str], *, overwrite: bool = False,
+    for_: str = "all",
+) -> dict[str, str]:
+    """Set the variables of ``env(res, for_)`` in ``target``; return what was set
+    (``Resolution.apply``): a value already there is kept unless ``overwrite``, it equals the
+    new one, or the name is in :data:`ALWAYS_REPLACED`."""
+    values = env(res, for_)
+    applied = {}
+    for name, value in values.items():
+        if overwrite or name in ALWAYS_REPLACED or target.get(name) in (None, value):
+            target[name] = value
+            applied[name] = value
+    return applied
 
 # -- torchrun's options for this node (export --for torchrun, slurmenv torchrun) -------------
 ONE_PER_NODE_FIX = (

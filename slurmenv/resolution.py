@@ -5,18 +5,11 @@ from __future__ import annotations
 import os
 from types import MappingProxyType
 
-from . import render
 from ._compat import TYPE_CHECKING
 from .errors import SlurmEnvError
-from .gpus import VARIABLES as GPU_NAMES
 from .launchers.base import Topology
-from .render import OUTPUTS
 
-__all__ = ["OUTPUTS", "Resolution", "Topology"]
-
-#: What ``apply()`` replaces even without ``overwrite``: values that describe the step (an
-#: inherited one is stale) and GPU lists that binding narrowed.
-ALWAYS_REPLACED = ("MASTER_ADDR", "TF_CONFIG", *GPU_NAMES)
+__all__ = ["Resolution", "Topology"]
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -289,6 +282,8 @@ class Resolution:
 
         Raises SlurmEnvError if any of them cannot be computed (then nothing should be set).
         """
+        from . import render  # at call time: render reads a Resolution, not the other way round
+
         return render.env(self, for_)
 
     def apply(
@@ -306,14 +301,10 @@ class Resolution:
         kept unless ``overwrite``. (Rank-like values already set that disagree were refused by
         the resolution.) Nothing at all is set if any value cannot be computed.
         """
+        from . import render  # at call time, as in env()
+
         target = os.environ if environ is None else environ
-        values = self.env(for_)
-        applied = {}
-        for name, value in values.items():
-            if overwrite or name in ALWAYS_REPLACED or target.get(name) in (None, value):
-                target[name] = value
-                applied[name] = value
-        return applied
+        return render.apply(self, target, overwrite=overwrite, for_=for_)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary of this task's resolution (TF_CONFIG included if computable)."""

@@ -62,20 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# -- helpers shared with doctor ------------------------------------------------------------
-def rank_addresses(res: Resolution) -> list[str]:
-    """``host:port`` of every rank's TensorFlow task, in rank order.
-
-    Raises SlurmEnvError when the worker list cannot be computed.
-    """
-    return list(res.tf_addresses)
-
-
-def layout_name(res: Resolution) -> str | None:
-    """``block``, ``cyclic``, ``plane=P``... (None for launchers without a layout)."""
-    return res.layout_name
-
-
+# -- helpers -------------------------------------------------------------------------------
 def _gpus_module_column(res: Resolution, environ: Mapping[str, str]) -> list[str] | None:
     """Per-rank GPUs from ``slurmenv.gpus.per_rank`` (None when no GPU list is set)."""
     try:
@@ -131,7 +118,7 @@ def step_table(res: Resolution, environ: Mapping[str, str]) -> dict[str, Any]:
     hosts, node_of, local_of = res.hosts, res.node_of, res.local_of
     notes = []
     try:
-        addresses: list[str] | None = rank_addresses(res)
+        addresses: list[str] | None = list(res.tf_addresses)
     except SlurmEnvError as exc:
         addresses = None
         notes.append(f"TensorFlow ports unknown: {exc.message}")
@@ -155,7 +142,7 @@ def step_table(res: Resolution, environ: Mapping[str, str]) -> dict[str, Any]:
         "launcher": res.launcher,
         "job_id": res.job_id,
         "step_id": res.step_id,
-        "layout": layout_name(res),
+        "layout": res.layout_name,
         "world_size": res.world_size,
         "nnodes": res.nnodes,
         "master": {
@@ -232,7 +219,7 @@ def one_line(res: Resolution, environ: Mapping[str, str]) -> str:
     except SlurmEnvError:
         hosts, local_max = (res.hostname,), res.local_world_size
     try:
-        addresses: list[str] | None = rank_addresses(res)
+        addresses: list[str] | None = list(res.tf_addresses)
         cluster = res.tf_config.get("cluster", {})
         digest = hashlib.sha1(
             json.dumps(cluster, sort_keys=True).encode()

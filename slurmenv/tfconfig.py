@@ -207,7 +207,8 @@ def cluster_roles(config: Mapping[str, Any]) -> list[tuple[str, int]]:
 
 def rank_addresses(config: Mapping[str, Any]) -> list[str]:
     """``host:port`` of every task of a ``TF_CONFIG``'s cluster, in the order of
-    :func:`cluster_roles` (rank order, but for an evaluator, which the cluster leaves out)."""
+    :func:`cluster_roles` (rank order, but for an evaluator, which the cluster leaves out):
+    what ``Resolution.tf_addresses`` gives for a ``TF_CONFIG`` the launcher set."""
     cluster = config.get("cluster", {})
     return [str(cluster[name][index]) for name, index in cluster_roles(config)]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from .. import nodes, tfconfig
 from ..errors import SlurmEnvError
 from ..launchers import base
-from .context import Context, rank_addresses
+from .context import Context
 from .registry import check
 from .report import ERROR, OK, SKIPPED, WARNING, Check
 from .rules import (
@@ -120,7 +120,7 @@ def _targets(ctx: Context) -> list[str]:
     if res is not None:
         hosts = [res.master_addr]
         try:
-            hosts += [tfconfig.host_of(a) for a in rank_addresses(res)]
+            hosts += [tfconfig.host_of(a) for a in res.tf_addresses]
         except SlurmEnvError:
             pass
         return list(dict.fromkeys(hosts))

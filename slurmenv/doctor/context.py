@@ -47,12 +47,6 @@ def resolve_for_doctor(
         )
 
 
-def rank_addresses(res: Resolution) -> list[str]:
-    """``host:port`` of every rank's TensorFlow task (the evaluator's too, which TF_CONFIG's
-    cluster leaves out); raises SlurmEnvError when the worker list cannot be computed."""
-    return list(res.tf_addresses)
-
-
 def ports_here(res: Resolution) -> list[tuple[int, str]]:
     """The ports this node's tasks will listen on: ``(port, what)``."""
     try:
@@ -63,7 +57,7 @@ def ports_here(res: Resolution) -> list[tuple[int, str]]:
         master_here, ranks = res.rank == 0, [res.rank]
     out = [(res.master_port, "MASTER_PORT, rank 0")] if master_here else []
     try:
-        addresses = rank_addresses(res)
+        addresses = res.tf_addresses
     except SlurmEnvError:
         return out
     for rank in ranks:
