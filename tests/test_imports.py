@@ -211,6 +211,17 @@ ALLOWED_LOOPS: dict[tuple[str, ...], str] = {
 }
 
 
+def test_rendering_is_a_function_of_the_resolution() -> None:
+    # The one edge back of the resolution/render loop is Resolution.env/apply's import at
+    # call time: resolution imports render and gpus at no module level, and they name the
+    # Resolution for types only (no Protocol restating its fields).
+    below = import_edges("slurmenv.resolution")
+    assert below.get("slurmenv.render") == LAZY and "slurmenv.gpus" not in below, below
+    for name in ("slurmenv.render", "slurmenv.gpus"):
+        assert import_edges(name)["slurmenv.resolution"] == TYPES, name
+        assert "Protocol" not in MODULES[name].read_text(encoding="utf-8"), name
+
+
 def allowed(component: list[str]) -> bool:
     """Whether ``component`` (a loop's modules) lies in the packages of an ALLOWED_LOOPS key."""
     def inside(name: str, key: tuple[str, ...]) -> bool:
