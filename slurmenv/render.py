@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, MutableMapping
 
     # Types only: resolution.py imports this module lazily, inside Resolution.env/apply (the
-    # one loop of the two, written in tests/test_imports.py's ALLOWED_LOOPS).
+    # loop written with its reason in tests/test_imports.py's ALLOWED_LOOPS).
     from .resolution import Resolution
 
 SHELLS = ("sh", "bash", "zsh", "fish", "csh", "tcsh")
