@@ -63,15 +63,16 @@ def test_read_int_refuses_unset_and_optional_int_gives_none(env: dict[str, str])
 @given(st.text(max_size=25), st.integers(0, 3))
 @settings(max_examples=300, deadline=None)
 def test_read_int_takes_exactly_ascii_digits(text: str, minimum: int) -> None:
-    stripped = text.strip()
-    good = 0 < len(stripped) <= MAX_DIGITS and all(c in "0123456789" for c in stripped)
+    # as Slurm writes numbers: ASCII digits only, no blank, sign or leading zero
+    good = (0 < len(text) <= MAX_DIGITS and all(c in "0123456789" for c in text)
+            and (text == "0" or not text.startswith("0")))
     try:
         value = base.read_int({"N": text}, "N", FIX, minimum=minimum)
     except SlurmEnvError as exc:
         assert (exc.variable, exc.value, exc.fix) == ("N", text, FIX)
-        assert not good or int(stripped) < minimum
+        assert not good or int(text) < minimum
     else:
-        assert good and value == int(stripped) >= minimum
+        assert good and value == int(text) >= minimum
 
 
 # -- agree -------------------------------------------------------------------------------------
