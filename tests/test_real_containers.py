@@ -122,7 +122,9 @@ def assert_every_task_got_its_values(res: SrunResult, count: int) -> dict[int, d
 
 
 def test_the_image_has_no_slurmenv(slurm_cluster: SlurmCluster, image: Path) -> None:
-    res = slurm_cluster.srun(["-N1", "-n1"], [*ch_run(image), PYTHON, "-c", "import slurmenv"],
+    # -t: a /tmp of the container's own (ch-run binds the host's /tmp by default, where a
+    # checkout installed editable, such as CI's clone, would be found)
+    res = slurm_cluster.srun(["-N1", "-n1"], [*ch_run(image, "-t"), PYTHON, "-c", "import slurmenv"],
                              env=ENV, timeout=TIMEOUT)
     assert res.returncode != 0 and "No module named 'slurmenv'" in res.stderr, explain(res)
 
