@@ -85,9 +85,6 @@ FILE_LIMIT = 1 << 25
 #: Where no file a variable documents lives: the kernel's pseudo-files and devices
 #: (``SLURM_HOSTFILE=/proc/self/environ`` would copy the whole environment into the dump).
 PSEUDO_ROOTS = ("/proc", "/sys", "/dev")
-#: What a host name of a host file may hold (letters, digits, ``_ . - :``): a line with ``=``,
-#: a space or a quote is no host.
-_HOST = re.compile(r"[A-Za-z0-9_.:-]+")
 
 
 #: The file a replay (and the resolution a dump records) points a variable of FILE_VARIABLES
@@ -124,9 +121,10 @@ def _hosts(name: str, data: bytes) -> None:
     """A host file (``SLURM_HOSTFILE``, ``PBS_NODEFILE``, ``LSB_DJOB_RANKFILE``) read as the
     resolver reads ``SLURM_HOSTFILE`` (:func:`nodes.expand`), every name a host name."""
     from .. import nodes
+    from ..errors import host_problem  # the resolver's one rule: a line with =, a blank... is none
 
     listed = nodes.expand(data.decode("utf-8"), name)
-    bad = next((host for host in listed if not _HOST.fullmatch(host)), None)
+    bad = next((host for host in listed if host_problem(host) is not None), None)
     if bad is not None:
         raise SlurmEnvError(f"{name} names {bad!r}, no host name", variable=name)
 
