@@ -14,6 +14,12 @@ and mount namespace (``unshare``) where the hostname is the node's name and
 slurmd then dies ("No filesystem mounted on /sys/fs/cgroup").
 
 Slurm runs without munge (``AuthType=auth/none``) as root, so this needs root.
+
+``release=None`` runs Debian's Slurm (22.05, from ``apt-get``); ``release="26.05.3"`` runs that
+release as built by ``tests/build_slurm.sh`` under :data:`SLURM_PREFIX` (``PATH`` and
+``LD_LIBRARY_PATH`` of the daemons and of every command point there, so tasks see the same
+release). ``topology`` is the text of a ``topology.conf`` written beside ``slurm.conf``; pass the
+plugin line (``TopologyPlugin=topology/tree``) in ``extra_conf``.
 Typical use::
 
     with SlurmCluster() as cluster:
@@ -46,6 +52,8 @@ SLURM_BINARIES = ("slurmctld", "slurmd", "srun")
 _ENV_DROP = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")  # never leak into our commands
 _OURS = re.compile(r"^se(\d+)x(\d+)(c|n\d+)$")  # the namespace names we create
 _LABEL = re.compile(r"^\s*(\d+): ?(.*)$")  # srun --label prefix, space-padded
+# where tests/build_slurm.sh installs each release (one folder a version)
+SLURM_PREFIX = Path(os.environ.get("SLURMENV_SLURM_PREFIX", "/opt/slurmenv-slurm"))
 _counter = itertools.count()
 _live: set[SlurmCluster] = set()  # started, not yet stopped (for the SIGTERM handler)
 
@@ -100,12 +108,39 @@ def parse_labels(text: str) -> dict[int, list[str]]:
     return dict(sorted(per_task.items()))
 
 
-def check_host_support() -> None:
+def release_dir(release: str) -> Path:
+    """Where tests/build_slurm.sh installed Slurm ``release``."""
+    return SLURM_PREFIX / release
+
+
+def release_built(release: str) -> bool:
+    """Whether Slurm ``release`` was built here (tests/build_slurm.sh's stamp)."""
+    return (release_dir(release) / ".built").is_file()
+
+
+def release_version(release: str | None) -> tuple[int, ...]:
+    """``"26.05.3"`` -> (26, 5, 3); Debian's (``None``) is 22.05."""
+    return tuple(int(part) for part in (release or "22.05.8").split("."))
+
+
+def _release_path(release: str | None, path: str) -> str:
+    if release is None:
+        return path
+    d = release_dir(release)
+    return os.pathsep.join([str(d / "sbin"), str(d / "bin"), path])
+
+
+def check_host_support(release: str | None = None) -> None:
     """Raise :class:`SlurmUnavailable` if this machine cannot run a cluster."""
     if os.geteuid() != 0:
         raise SlurmUnavailable("a real Slurm cluster needs root (netns, auth/none)")
+    if release is not None and not release_built(release):
+        raise SlurmUnavailable(f"Slurm {release} is not built in {release_dir(release)} "
+                               f"(sh tests/build_slurm.sh {release}; tests/run.sh does it when "
+                               "../shared/slurm-src has its source)")
+    search = _release_path(release, os.environ.get("PATH", "/usr/bin:/bin"))
     tools = ("ip", "nsenter", "unshare", "mknod", "mount", "slurmctld", "slurmd", "srun")
-    missing = [t for t in tools if shutil.which(t) is None]
+    missing = [t for t in tools if shutil.which(t, path=search) is None]
     if missing:
         raise SlurmUnavailable(f"missing tools: {', '.join(missing)}")
 
@@ -199,6 +234,8 @@ class SlurmCluster:
         gpus_per_node: int = 0,
         start_timeout: float = 60.0,
         extra_conf: str = "",
+        release: str | None = None,
+        topology: str | None = None,
     ) -> None:
         if not 0 < len(nodes) <= 250:  # addresses .2 to .251
             raise ValueError("between 1 and 250 nodes fit the /24 subnet")
@@ -207,6 +244,8 @@ class SlurmCluster:
         self.gpus_per_node = gpus_per_node
         self.start_timeout = start_timeout
         self.extra_conf = extra_conf  # slurm.conf lines, e.g. "TaskProlog=/path"
+        self.release = release  # None: Debian's 22.05; else a version built under SLURM_PREFIX
+        self.topology = topology  # topology.conf's text, or None for no file
         self.prefix = f"se{os.getpid()}x{next(_counter)}"
         self.ctl_ns = f"{self.prefix}c"
         self.node_ns = {node: f"{self.prefix}n{i}" for i, node in enumerate(nodes)}
@@ -246,8 +285,9 @@ class SlurmCluster:
         """Create namespaces and config, start the daemons, wait for idle nodes."""
         if self.tmp is not None:
             return self  # already running
-        ensure_slurm_installed()
-        check_host_support()
+        if self.release is None:
+            ensure_slurm_installed()
+        check_host_support(self.release)
         t0 = time.monotonic()
         self._remove_leftovers()
         self.tmp = Path(tempfile.mkdtemp(prefix=f"{self.prefix}-"))
@@ -340,6 +380,11 @@ class SlurmCluster:
             (t / d).mkdir(parents=True, exist_ok=True)
         hosts = "".join(f"{a} {h}\n" for h, a in self.addr.items())
         self.hosts.write_text(f"127.0.0.1 localhost\n{hosts}")
+        if self.topology is not None:
+            self._dir("etc", "topology.conf").write_text(self.topology)
+        if release_version(self.release) >= (24, 11):
+            # 24.11 and later want a cgroup.conf; 23.11 has no "disabled" plugin (slurm-facts §12)
+            self._dir("etc", "cgroup.conf").write_text("CgroupPlugin=disabled\n")
         gres = ""
         if self.gpus_per_node:
             last = self.gpus_per_node - 1
@@ -448,6 +493,11 @@ PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
         # the caller's environment without Slurm variables (pytest may run in a job)
         base = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_DROP)}
         base["SLURM_CONF"] = str(self.conf)
+        if self.release is not None:
+            base["PATH"] = _release_path(self.release, base.get("PATH", "/usr/bin:/bin"))
+            lib = str(release_dir(self.release) / "lib")
+            base["LD_LIBRARY_PATH"] = os.pathsep.join(
+                p for p in (lib, base.get("LD_LIBRARY_PATH", "")) if p)
         base.update(env or {})
         return base
 
