@@ -118,12 +118,12 @@ def test_an_output_that_fits_the_pipe_is_written_whole() -> None:
     assert head_c_7(synth.step_env(["n1", "n2"], [2, 2], 3)) == 0
 
 
-# -- docs/proofs.md: what the real cluster does not show -----------------------------------------
-def test_the_exceptions_proofs_md_names_are_the_harness_configuration() -> None:
-    """proofs.md says the cgroup evidence is not exercised because the test cluster runs no
+# -- docs/testing.md: what the real cluster does not show ----------------------------------------
+def test_the_exceptions_testing_md_names_are_the_harness_configuration() -> None:
+    """testing.md says the cgroup evidence is not exercised because the test cluster runs no
     cgroup plugin: true while the harness configures proctrack/linuxproc and task/none."""
     harness = page("tests/slurm_harness.py")
-    text = page("docs/proofs.md")
+    text = page("docs/testing.md")
     assert "ProctrackType=proctrack/linuxproc" in harness and "TaskPlugin=task/none" in harness
     assert "`proctrack/linuxproc`" in text and "`task/none`" in text
     assert "test_topology_ordered_layout_is_detected" in text
@@ -230,3 +230,35 @@ def test_another_checkout_stops_the_session_with_status_1(tmp_path: Path) -> Non
         timeout=300, check=False)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "not testing this checkout" in proc.stdout + proc.stderr
+
+
+# -- docs/troubleshooting.md: symptoms point at real doctor checks -------------------------------
+def test_every_symptom_names_a_real_doctor_check() -> None:
+    """Each entry of "By symptom" names at least one check, by the label doctor prints, and
+    every `label` it names in "check(s) ..." is a registered check's."""
+    from slurmenv.doctor import checks, registry
+
+    assert checks.diagnose is not None  # registers the checks
+    labels = {entry.label for entry in registry.ENTRIES}
+    text = page("docs/troubleshooting.md")
+    section = text.split("## By symptom", 1)[1].split("\n## ", 1)[0]
+    entries = [e for e in section.split("\n- ")[1:]]
+    for symptom in ("hangs at `init_process_group`", "Every rank says it is rank 0",
+                    "`Address already in use`"):
+        assert any(symptom in e for e in entries), symptom
+    for entry in entries:
+        flat = " ".join(entry.split())
+        named = re.findall(r"[Cc]heck(?:s)? `([^`]+)`|`([^`]+)` \(", flat)
+        named = [a or b for a, b in named]
+        assert [n for n in named if n in labels], f"names no doctor check: {flat[:80]}"
+        cited = re.findall(r"[Cc]heck(?:s)? `([^`]+)`", flat)
+        assert set(cited) <= labels, (cited, labels)
+
+
+def test_the_variable_table_names_every_variable_slurmenv_sets() -> None:
+    """docs/variables.md has a row for every variable of every --for set."""
+    rows = [line for line in page("docs/variables.md").splitlines() if line.startswith("| `")]
+    named = {name for row in rows for name in re.findall(r"`([A-Z][A-Z0-9_]+)`",
+                                                          row.split("|")[1])}
+    every = {name for names in slurmenv.OUTPUTS.values() for name in names}
+    assert named == every
