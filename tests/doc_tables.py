@@ -48,7 +48,7 @@ def _doctor_checks() -> str:
 API = (
     "slurmenv.resolve", "Resolution.env", "Resolution.apply", "slurmenv.dump.load",
     "slurmenv.gpus.for_local_rank", "slurmenv.torch.init_process_group",
-    "slurmenv.tf.cluster_resolver", "slurmenv.jax.initialize_args", "slurmenv.jax.initialize",
+    "slurmenv.tf.cluster_resolver", "slurmenv.tf.serve", "slurmenv.jax.initialize_args", "slurmenv.jax.initialize",
     "slurmenv.lightning.Environment",
 )
 
