@@ -150,6 +150,8 @@ EXIT_STATUSES = {
         ["test_stepcheck.py::test_doctor_step_prints_the_report_and_exits_1_when_not_sound",
          "test_stepcheck.py::test_exec_preflight_starts_the_command_only_in_a_sound_step",
          "test_real_stepcheck.py::test_kill_on_bad_exit_ends_the_step"],
+    ("docs/options.md", "Exit status 1 in every task when the step is not sound"):
+        ["test_stepcheck.py::test_doctor_step_prints_the_report_and_exits_1_when_not_sound"],
     ("docs/debugging.md", "(`dump` exits 0)"):
         ["test_dump.py::test_an_error_is_recorded_and_replayed"],
     ("docs/design.md", "write_output (all of it, or exit status 1)"):
@@ -262,3 +264,21 @@ def test_the_variable_table_names_every_variable_slurmenv_sets() -> None:
                                                           row.split("|")[1])}
     every = {name for names in slurmenv.OUTPUTS.values() for name in names}
     assert named == every
+
+
+# -- docs/options.md: every option and variable of every command ---------------------------------
+def test_options_md_names_every_option_of_every_command_and_every_variable() -> None:
+    """The page promises every option of every command (from the parsers) and every
+    SLURMENV variable: each SLURMENV name in slurmenv's source is on it, and each option the
+    completion scripts offer (read from the same parsers) is on it."""
+    from slurmenv import completion
+
+    text = page("docs/options.md")
+    source = " ".join(p.read_text(encoding="utf-8") for p in (ROOT / "slurmenv").rglob("*.py"))
+    variables = set(re.findall(r"[\"'](SLURMENV(?:_[A-Z_]+)?)[\"']", source))
+    assert {"SLURMENV_STEP_TIMEOUT", "SLURMENV_DEBUG", "SLURMENV_PORT"} <= variables
+    assert [v for v in sorted(variables) if f"`{v}`" not in text] == []
+    flags = {name for command in completion.commands() for option in command.options
+             for name in option.names if name.startswith("--")}
+    assert {"--preflight", "--step-timeout", "--one-line", "--probe", "--dry-run"} <= flags
+    assert [f for f in sorted(flags) if f"`{f}" not in text and f != "--help"] == []
