@@ -282,3 +282,13 @@ def test_options_md_names_every_option_of_every_command_and_every_variable() -> 
              for name in option.names if name.startswith("--")}
     assert {"--preflight", "--step-timeout", "--one-line", "--probe", "--dry-run"} <= flags
     assert [f for f in sorted(flags) if f"`{f}" not in text and f != "--help"] == []
+
+
+def test_testing_md_lists_the_debian_packages_run_sh_installs() -> None:
+    script = page("tests/run.sh")
+    loop = re.search(r"for pkg in (.*?); do", script, re.DOTALL)
+    assert loop is not None
+    installed = loop.group(1).replace("\\\n", " ").split()
+    text = " ".join(page("docs/testing.md").split())
+    listed = re.search(r"installs the packages `([^`]*)` that are missing", text)
+    assert listed is not None and listed.group(1).split() == installed
