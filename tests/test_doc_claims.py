@@ -137,7 +137,7 @@ EXIT_STATUSES = {
         ["test_real_docs_claims.py::test_taking_the_output_first_fails_closed"],
     ("docs/debugging.md", "and exits with status 1"):
         ["test_show.py::test_one_line_error_sorts_in_place"],
-    ("docs/debugging.md", "The exit status is 0 when no check gives an error"):
+    ("docs/doctor.md", "The exit status is 0 when no check gives an error"):
         ["test_doc_claims.py::test_doctor_exit_status"],
     ("docs/api.md", "so the task can exit with status 0 and the step end"):
         ["test_tf_roles.py::test_serve_returns_once_the_chief_stops_listening",
@@ -210,7 +210,7 @@ def test_every_exit_status_a_page_states_is_tested() -> None:
 
 
 def test_doctor_exit_status() -> None:
-    """docs/debugging.md: 0 when no check gives an error, 1 otherwise."""
+    """docs/doctor.md: 0 when no check gives an error, 1 otherwise."""
     def doctor(dump: str) -> int:
         return subprocess.run([sys.executable, "-m", "slurmenv", "doctor", "--from",
                                str(ROOT / "tests" / "dumps" / dump)], capture_output=True,
@@ -292,3 +292,18 @@ def test_testing_md_lists_the_debian_packages_run_sh_installs() -> None:
     text = " ".join(page("docs/testing.md").split())
     listed = re.search(r"installs the packages `([^`]*)` that are missing", text)
     assert listed is not None and listed.group(1).split() == installed
+
+
+def test_doctor_colours_as_debugging_md_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """debugging.md: colour only on a terminal and never with NO_COLOR, unless --color always."""
+    from slurmenv.doctor import report
+
+    class Terminal:
+        def isatty(self) -> bool:
+            return True
+
+    assert "unless `--color always` asks for colour" in " ".join(page("docs/debugging.md").split())
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert report.use_colour("auto", Terminal()) and not report.use_colour("auto", object())
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not report.use_colour("auto", Terminal()) and report.use_colour("always", object())

@@ -513,3 +513,18 @@ def test_the_design_page_names_every_launcher_and_module() -> None:
     listed = _re.search(r"`SIGNALS` \(([^)]*)\) is imported only", text)
     assert listed is not None
     assert sorted(n.strip() for n in listed.group(1).split(",")) == sorted(launchers.SIGNALS)
+
+
+def test_no_page_repeats_a_heading() -> None:
+    """Two headings alike on a page give two sections one anchor (GitHub adds -1)."""
+    repeated = []
+    for page in pages():
+        text = re.sub(r"(?ms)^```.*?^```", "", page.read_text(encoding="utf-8"))
+        headings = [line.strip() for line in text.splitlines() if line.startswith("#")]
+        repeated += [f"{page.relative_to(ROOT)}: {h}" for h in sorted(set(headings))
+                     if headings.count(h) > 1]
+    assert repeated == []
+
+
+def test_debugging_md_stays_short() -> None:
+    assert len((ROOT / "docs" / "debugging.md").read_text(encoding="utf-8").splitlines()) < 350
