@@ -528,3 +528,18 @@ def test_no_page_repeats_a_heading() -> None:
 
 def test_debugging_md_stays_short() -> None:
     assert len((ROOT / "docs" / "debugging.md").read_text(encoding="utf-8").splitlines()) < 350
+
+
+def test_the_index_lists_every_page() -> None:
+    """docs/README.md "lists every page": each page of docs/ (the framework pages through
+    frameworks/README.md, which lists each of them) is linked from it."""
+    def linked(index: str) -> set[str]:
+        return {target.partition("#")[0] for where, target in relative_links()
+                if where.startswith(index + ":")}
+
+    top, frameworks = linked("docs/README.md"), linked("docs/frameworks/README.md")
+    missing = [p.relative_to(ROOT).as_posix() for p in sorted((ROOT / "docs").rglob("*.md"))
+               if p.name != "README.md" or p.parent.name == "frameworks"]
+    missing = [p for p in missing if p not in top and p not in frameworks
+               and not (p == "docs/frameworks/README.md" and "docs/frameworks" in top)]
+    assert missing == []
