@@ -44,3 +44,44 @@ def test_the_example_trains_on_two_nodes(slurm_cluster: SlurmCluster, tmp_path: 
     assert sorted(rank for rank, _ in trained) == ["0", "1", "2", "3"], job.stdout + job.stderr
     assert len({node for _, node in trained}) == 2, trained
 
+
+
+def launch_forms() -> list[str]:
+    """The command lines of the README's "Choose how to launch" table that start
+    ``python train.py`` themselves (the Python helper's row needs a train.py of its own:
+    tests/test_real_frameworks.py runs it), with the prolog's ``…`` the README's full form."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Choose how to launch", 1)[1].split("\n## ", 1)[0]
+    full = re.search(r'--task-prolog="\$\(command -v [^`\n]*\)"', section)
+    assert full is not None
+    forms = []
+    for row in re.findall(r"^\| `(srun [^`]*)`( calling)?", section, flags=re.MULTILINE):
+        line, calling = row
+        if not calling:
+            forms.append(line.replace("--task-prolog=…", full.group(0)))
+    return forms
+
+
+def test_the_readme_table_has_the_forms() -> None:
+    assert len(launch_forms()) == 4 and all(" train.py" in form for form in launch_forms())
+
+
+@pytest.mark.parametrize("form", launch_forms())
+def test_each_launch_form_of_the_readme_trains(
+    slurm_cluster: SlurmCluster, tmp_path: Path, form: str
+) -> None:
+    """Each form as written, in the example's batch job (2 nodes x 2 tasks), trains
+    examples/train.py on every rank it starts (torchrun: one worker per node, no GPU)."""
+    pytest.importorskip("torch")
+    work = tmp_path / "examples"
+    shutil.copytree(EXAMPLES, work)
+    script = "\n".join(line for line in (work / "train.sbatch").read_text().splitlines()
+                       if not line.startswith("srun "))
+    job = slurm_cluster.sbatch(f"{script}\n{form}\n", [f"--chdir={work}"],
+                               env={"PATH": f"{BIN}:/usr/bin:/bin"}, timeout=300)
+    assert job.returncode == 0, job.stdout + job.stderr
+    world = 2 if "torchrun" in form else 4
+    trained = re.findall(rf"^rank (\d)/{world} on (\S+): loss [\d.]+, weights identical",
+                         job.stdout, flags=re.MULTILINE)
+    assert sorted(int(rank) for rank, _ in trained) == list(range(world)), job.stdout + job.stderr
+    assert len({node for _, node in trained}) == 2, trained
