@@ -122,3 +122,58 @@ def test_the_unsafe_check_sees_the_old_forms() -> None:
     assert unsafe(f"srun --task-prolog={CLOSED_PROLOG} python t.py") == []
     assert unsafe("for `srun --task-prolog=`: and `--task-prolog=` alone") == []
     assert unsafe("srun --task-prolog=/opt/bin/slurmenv-task-prolog x; `--task-prolog=…/p`") == []
+
+
+# -- every slurmenv command line a page shows is one slurmenv accepts ------------------------------
+INVOCATION = re.compile(
+    r"(?<![\w./-])slurmenv (export|exec|show|doctor|dump|completion|help)"
+    r"((?: +(?:'[^']*'|[^\s;|&)'\"`<>][^\s;|&)'\"`<>]*))*)")
+
+
+def invocations() -> list[tuple[str, str, list[str]]]:
+    """(page:line, command, its options) for every ``slurmenv COMMAND ...`` of a shell code
+    block (up to a shell operator, a quote or ``--``), on every page."""
+    found = []
+    for where, line in command_lines():
+        for command, rest in INVOCATION.findall(line.split(" #")[0]):
+            words = [w.strip("'") for w in re.findall(r"'[^']*'|\S+", rest)]
+            if "--" in words:
+                words = words[:words.index("--")]
+            found.append((where, command, words))
+    return found
+
+
+def refused(command: str, words: list[str]) -> str | None:
+    """Why slurmenv's parser for ``command`` refuses ``words`` (None: it accepts them)."""
+    import contextlib
+    import importlib
+    import io
+
+    from slurmenv import cli
+
+    if command in cli.EXTERNAL:
+        parser, argv = importlib.import_module(cli.EXTERNAL[command][0]).build_parser(), words
+    else:
+        parser, argv = cli.build_parser(), [command, *words]
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            parser.parse_args(argv)
+    except SystemExit as exc:
+        return None if exc.code == 0 else stderr.getvalue().strip().splitlines()[-1]
+    return None
+
+
+def test_every_slurmenv_command_line_shown_is_accepted() -> None:
+    found = invocations()
+    assert len(found) >= 40 and {c for _, c, _ in found} >= {"export", "exec", "show", "doctor",
+                                                               "dump", "completion"}
+    wrong = [f"{where}: slurmenv {command} {' '.join(words)}: {why}"
+             for where, command, words in found
+             if (why := refused(command, words)) is not None]
+    assert wrong == []
+
+
+def test_the_command_line_check_sees_a_wrong_option() -> None:
+    assert refused("export", ["--bind-gpux"]) is not None
+    assert refused("show", ["--one-line"]) is None and refused("doctor", ["--colour"]) is not None
