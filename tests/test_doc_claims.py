@@ -307,3 +307,34 @@ def test_doctor_colours_as_debugging_md_says(monkeypatch: pytest.MonkeyPatch) ->
     assert report.use_colour("auto", Terminal()) and not report.use_colour("auto", object())
     monkeypatch.setenv("NO_COLOR", "1")
     assert not report.use_colour("auto", Terminal()) and report.use_colour("always", object())
+
+
+# -- docs/variables.md: who reads each variable, in the frameworks' own sources ------------------
+#: (package, file in it) whose source the page names -> the variables the page says it reads
+READERS = {
+    ("torch", "distributed/rendezvous.py"): ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"),
+    ("accelerate", "state.py"): ("LOCAL_RANK", "WORLD_SIZE"),
+    ("lightning", "fabric/plugins/environments/lightning.py"): (
+        "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT"),
+    ("tensorflow", "python/distribute/cluster_resolver/tfconfig_cluster_resolver.py"): (
+        "TF_CONFIG",),
+}
+#: how the page names each package's reader
+NAMED = {"torch": "torch/distributed/rendezvous.py", "accelerate": "accelerate/state.py",
+         "lightning": "LightningEnvironment", "tensorflow": "TFConfigClusterResolver"}
+
+
+@pytest.mark.parametrize("where", list(READERS), ids=lambda w: w[0])
+def test_the_readers_variables_md_names_read_them(where: tuple[str, str]) -> None:
+    """Read where the page says, at the installed versions (tests/versions.txt; the package's
+    files are read, not imported): each name is a string in the reader's source."""
+    import importlib.util
+
+    package, file = where
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip(f"{package} is not installed (tests/run.sh installs it)")
+    source = (Path(next(iter(spec.submodule_search_locations))) / file).read_text(encoding="utf-8")
+    assert [name for name in READERS[where]
+            if f"'{name}'" not in source and f'"{name}"' not in source] == []
+    assert NAMED[package] in page("docs/variables.md")
