@@ -33,7 +33,7 @@ What :func:`derive` shares, so each rule lives once:
 
 from __future__ import annotations
 
-from . import launchers, ports
+from . import launchers, ports, worldguard
 from ._compat import TYPE_CHECKING
 from .errors import HOST_RULE, SlurmEnvError, check_host, host_problem, parse_int
 from .launchers.base import Task
@@ -108,6 +108,7 @@ def resolve(
     other processes of this node for rank 0 of a launch that is not a Slurm step (``FIND``:
     read from /proc when needed, None: not looked at).
     """
+    environ, stale_note = without_stale(environ)  # before anything is read
     module = launcher_of(environ, options)
     task: Task = module.read(environ)  # the fallback refuses a stray launcher variable first
     if module.FALLBACK:
@@ -122,9 +123,13 @@ def resolve(
                 "--cleanenv, env -i): as a single process, every task would train alone",
                 variable="SLURM_JOB_ID", value=None, fix=SCRUBBED_FIX,
             )
+    if stale_note:
+        task = task._replace(notes=(*task.notes, stale_note))
     res = derive(task, environ, options, ephemeral, cpus)
     if task.launch_key is not None and task.rank == 0 and rivals is not None:
         check_rivals(task, environ, options, ephemeral, rivals)
+    worldguard.check(  # last, on every path (docs/fail-closed.md)
+        environ, task, module, options.launcher)
     return res
 
 
@@ -208,15 +213,8 @@ def derive(
     cpus: int | None = None,
 ) -> Resolution:
     """The Resolution of ``task``: address, ports, inherited checks and bindings added."""
-    notes = list(task.notes)
-    stale = set_for_another_step(environ)
-    if stale is not None:
-        step, names = stale
-        environ = {name: value for name, value in environ.items() if name not in names}
-        notes.append(
-            f"{', '.join(names)} were set by slurmenv's task prolog for step {step} "
-            f"({SET_BY}), not for this one: resolved again"
-        )
+    environ, stale_note = without_stale(environ)  # resolve() did it before reading
+    notes = [*task.notes, *([stale_note] if stale_note else [])]
     notes.extend(check_inherited(task, environ))
     master_addr, addr_source = address(task, options, environ)
     inherited_addr = environ.get("MASTER_ADDR")
@@ -277,6 +275,18 @@ def set_for_another_step(environ: Mapping[str, str]) -> tuple[str, tuple[str, ..
     ours = {name for names in OUTPUTS.values() for name in names}
     names = tuple(name for name in listed.split(",") if name in ours and name in environ)
     return (step, names) if names else None
+
+
+def without_stale(environ: Mapping[str, str]) -> tuple[Mapping[str, str], str | None]:
+    """``environ`` without the values slurmenv's task prolog set for another step
+    (:func:`set_for_another_step`), and the note saying so (None when there were none)."""
+    stale = set_for_another_step(environ)
+    if stale is None:
+        return environ, None
+    step, names = stale
+    kept = {name: value for name, value in environ.items() if name not in names}
+    return kept, (f"{', '.join(names)} were set by slurmenv's task prolog for step {step} "
+                  f"({SET_BY}), not for this one: resolved again")
 
 
 def carried(task: Task) -> dict[str, Any]:

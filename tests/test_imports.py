@@ -274,7 +274,7 @@ EXPORT_PATH = {
     "slurmenv.errors", "slurmenv.gpus", "slurmenv.launchers", "slurmenv.launchers.base",
     "slurmenv.launchers.slurm", "slurmenv.layout", "slurmenv.nodes", "slurmenv.options",
     "slurmenv.ports", "slurmenv.render", "slurmenv.resolution", "slurmenv.tfconfig",
-    "slurmenv.threads",
+    "slurmenv.threads", "slurmenv.worldguard",
 }
 
 
