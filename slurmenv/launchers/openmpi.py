@@ -71,7 +71,7 @@ VARIABLES = (
     "SLURM_STEP_NODELIST", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_PROCID",
 )  # fmt: skip
 #: dump records every OMPI_* and PMIX_* (OMPI_MCA_orte_precondition_transports is redacted).
-PREFIXES: tuple[str, ...] = ()
+PREFIXES = ("PMIX_SERVER_URI",)  # PMIX_SERVER_URI2, _URI21, ...: the serving daemon's vpid
 #: Set only in a rank Open MPI (or another PMIx launcher) started; not OMPI_MCA_* settings
 #: such as OMPI_MCA_btl, which users keep in their shell profiles (local.py).
 TASK_VARIABLES = (*COUNTS, "OMPI_COMM_WORLD_NODE_RANK", "OMPI_UNIVERSE_SIZE",
@@ -85,9 +85,7 @@ WORLD: tuple[tuple[str, str], ...] = tuple(zip(("rank", "world_size", "local_ran
 #: No launcher's variables here describe another process that started this one.
 ENCLOSED_BY: tuple[str, ...] = ()
 #: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
-WHY_EMPTY = {
-    "PREFIXES": "every variable read is named in VARIABLES",
-}
+WHY_EMPTY: dict[str, str] = {}  # no field is empty (contract.Launcher)
 #: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
 CLAIMS = (
     {

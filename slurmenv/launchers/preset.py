@@ -13,7 +13,8 @@ REQUIRED = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 #: Every name read; GROUP_WORLD_SIZE is torchrun's name for the node count.
 VARIABLES = REQUIRED + (
     "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "NNODES",
-    "TF_CONFIG", "HOSTNAME",
+    "TF_CONFIG", "HOSTNAME", "SLURMD_NODENAME", "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID",
+    "SLURM_STEPID",
 )
 PREFIXES: tuple[str, ...] = ()
 TASK_VARIABLES: tuple[str, ...] = ()

@@ -21,6 +21,7 @@ MARKER = "TORCHELASTIC_RUN_ID"
 VARIABLES = (
     MARKER, "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
     "NODE_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "NNODES", "TF_CONFIG", "HOSTNAME",
+    "SLURMD_NODENAME", "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID", "SLURM_STEPID",
 )  # fmt: skip
 PREFIXES: tuple[str, ...] = ()
 #: Set only in a process torchrun started (local.py refuses the single-process default then).
