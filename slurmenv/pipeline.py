@@ -33,13 +33,14 @@ What :func:`derive` shares, so each rule lives once:
 
 from __future__ import annotations
 
-from . import launchers, ports, worldguard
+from . import launchers, ports, tfconfig, worldguard
 from ._compat import TYPE_CHECKING
 from .errors import HOST_RULE, SlurmEnvError, check_host, host_problem, parse_int
 from .launchers.base import Task
 from .options import Options
 from .render import RANK_FIELDS
 from .resolution import Resolution
+from .worldguard import without_stale
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -70,11 +71,8 @@ CONSUMED = (
 )
 #: Variables that describe the step, not a user's choice: an inherited value is replaced.
 REPLACED = ("MASTER_ADDR", "TF_CONFIG")
-#: Exported by slurmenv's task prolog after its values: ``<job>.<step>:NAME,NAME,...``, the
-#: step it resolved and the names it set (slurmenv/taskprolog.py). A task of another step (a
-#: ``srun`` inside ``srun --pty bash`` of an opted-in job) inherits them: they are slurmenv's
-#: values for that step, not the user's, and are resolved again as if unset.
-SET_BY = "SLURMENV_SET_BY"
+#: slurmenv's task prolog's marker (``worldguard.py``, where it is applied before reading).
+SET_BY = worldguard.SET_BY
 FREE_PORT_SOURCE = "a port free on 127.0.0.1 now (single process)"
 EXPLICIT_PORT_SOURCE = "given port (--port or SLURMENV_PORT)"
 EXPLICIT_ADDR_SOURCE = "given address (--master-addr or SLURMENV_MASTER_ADDR)"
@@ -252,41 +250,9 @@ def derive(
     return Resolution(
         **carried(task), master_addr=master_addr, master_port=plan.master, sources=sources,
         notes=notes, tf_chief=options.tf_chief, tf_jobs=options.tf_jobs, tf_config=tf_config,
+        tf_jobs_from=tfconfig.jobs_from(options.tf_jobs, environ),
         bindings=bindings, gpus=gpus, gpu_source=gpu_source,
     )
-
-
-def step_key(environ: Mapping[str, str]) -> str:
-    """``<job>.<step>`` of the task whose environment is ``environ`` (:data:`SET_BY`)."""
-    from .launchers.base import job_id, step_id
-
-    return f"{job_id(environ) or ''}.{step_id(environ) or ''}"
-
-
-def set_for_another_step(environ: Mapping[str, str]) -> tuple[str, tuple[str, ...]] | None:
-    """(the step, the names) of the values slurmenv's task prolog set for a step other than
-    this task's (:data:`SET_BY`); None when it set none or set them for this step. Only names
-    slurmenv outputs count: the marker cannot remove a Slurm variable."""
-    step, colon, listed = environ.get(SET_BY, "").partition(":")
-    if not colon or step == step_key(environ):
-        return None
-    from .render import OUTPUTS
-
-    ours = {name for names in OUTPUTS.values() for name in names}
-    names = tuple(name for name in listed.split(",") if name in ours and name in environ)
-    return (step, names) if names else None
-
-
-def without_stale(environ: Mapping[str, str]) -> tuple[Mapping[str, str], str | None]:
-    """``environ`` without the values slurmenv's task prolog set for another step
-    (:func:`set_for_another_step`), and the note saying so (None when there were none)."""
-    stale = set_for_another_step(environ)
-    if stale is None:
-        return environ, None
-    step, names = stale
-    kept = {name: value for name, value in environ.items() if name not in names}
-    return kept, (f"{', '.join(names)} were set by slurmenv's task prolog for step {step} "
-                  f"({SET_BY}), not for this one: resolved again")
 
 
 def carried(task: Task) -> dict[str, Any]:

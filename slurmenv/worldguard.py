@@ -37,6 +37,11 @@ FIELDS = {"rank": "RANK", "local_rank": "LOCAL_RANK", "world_size": "WORLD_SIZE"
           "local_world_size": "LOCAL_WORLD_SIZE", "node_rank": "NODE_RANK", "nnodes": "NNODES"}
 #: What a chosen launcher and the detected one must both tell the same.
 COMPARED = ("rank", "local_rank", "world_size", "local_world_size")
+#: Exported by slurmenv's task prolog after its values: ``<job>.<step>:NAME,NAME,...``, the
+#: step it resolved and the names it set (slurmenv/taskprolog.py). A task of another step (a
+#: ``srun`` inside ``srun --pty bash`` of an opted-in job) inherits them: they are slurmenv's
+#: values for that step, not the user's, and are resolved again as if unset.
+SET_BY = "SLURMENV_SET_BY"
 FORCED_FIX = (
     "unset SLURMENV_LAUNCHER (or drop --launcher): a chosen launcher picks among readings "
     "that agree and never silences one that contradicts; unset the variables that describe "
@@ -115,3 +120,37 @@ def _check_detected(
                 f"reads {_told(theirs, field)}: two sources describe different worlds",
                 variable="SLURMENV_LAUNCHER", value=forced, fix=FORCED_FIX,
             )
+
+
+# -- the prolog's marker, applied before anything is read ---------------------------------
+def step_key(environ: Mapping[str, str]) -> str:
+    """``<job>.<step>`` of the task whose environment is ``environ`` (:data:`SET_BY`)."""
+    from .launchers.base import job_id, step_id
+
+    return f"{job_id(environ) or ''}.{step_id(environ) or ''}"
+
+
+def set_for_another_step(environ: Mapping[str, str]) -> tuple[str, tuple[str, ...]] | None:
+    """(the step, the names) of the values slurmenv's task prolog set for a step other than
+    this task's (:data:`SET_BY`); None when it set none or set them for this step. Only names
+    slurmenv outputs count: the marker cannot remove a Slurm variable."""
+    step, colon, listed = environ.get(SET_BY, "").partition(":")
+    if not colon or step == step_key(environ):
+        return None
+    from .render import OUTPUTS
+
+    ours = {name for names in OUTPUTS.values() for name in names}
+    names = tuple(name for name in listed.split(",") if name in ours and name in environ)
+    return (step, names) if names else None
+
+
+def without_stale(environ: Mapping[str, str]) -> tuple[Mapping[str, str], str | None]:
+    """``environ`` without the values slurmenv's task prolog set for another step
+    (:func:`set_for_another_step`), and the note saying so (None when there were none)."""
+    stale = set_for_another_step(environ)
+    if stale is None:
+        return environ, None
+    step, names = stale
+    kept = {name: value for name, value in environ.items() if name not in names}
+    return kept, (f"{', '.join(names)} were set by slurmenv's task prolog for step {step} "
+                  f"({SET_BY}), not for this one: resolved again")

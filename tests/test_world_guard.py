@@ -135,3 +135,12 @@ def test_garbage_in_a_world_fact_is_a_disagreement() -> None:
     env = {**STEP4, "SLURMENV_LAUNCHER": "preset", **HAND, "SLURM_PROCID": "0x3"}
     err = refusal(env)
     assert err.variable in ("SLURM_PROCID", "SLURMENV_LAUNCHER"), err
+
+
+def test_a_chosen_single_process_default_still_looks_for_a_scrubbed_step() -> None:
+    # --launcher local in a --cleanenv container: the /proc evidence still refuses it
+    evidence = "slurmstepd: [4242.0] (pid 7) is an ancestor of this process"
+    for options in ({}, {"launcher": "local"}):
+        with pytest.raises(SlurmEnvError) as info:
+            slurmenv.resolve({}, ephemeral_range=None, step_evidence=evidence, **options)
+        assert info.value.variable == "SLURM_JOB_ID" and "scrubbed" in info.value.message

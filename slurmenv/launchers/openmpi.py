@@ -62,16 +62,19 @@ COUNTS = (
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
     "OMPI_COMM_WORLD_LOCAL_SIZE",
 )
+#: Open MPI 5's PMIx server URIs, by PMIx version, newest first (:func:`daemon_vpid`).
+SERVER_URIS = ("PMIX_SERVER_URI41", "PMIX_SERVER_URI4", "PMIX_SERVER_URI3", "PMIX_SERVER_URI21",
+               "PMIX_SERVER_URI2")
 VARIABLES = (
     *COUNTS, "OMPI_COMM_WORLD_NODE_RANK", "OMPI_UNIVERSE_SIZE", "OMPI_MCA_ess_base_jobid",
     "OMPI_MCA_orte_hnp_uri", "OMPI_MCA_orte_local_daemon_uri", "OMPI_MCA_orte_num_nodes",
-    "PMIX_RANK", "PMIX_NAMESPACE", "PMIX_HOSTNAME",
+    "PMIX_RANK", "PMIX_NAMESPACE", "PMIX_HOSTNAME", *SERVER_URIS,
     "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_JOB_NODELIST",
     "SLURM_NODELIST", "SLURMD_NODENAME", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NUM_NODES",
     "SLURM_STEP_NODELIST", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_PROCID",
 )  # fmt: skip
 #: dump records every OMPI_* and PMIX_* (OMPI_MCA_orte_precondition_transports is redacted).
-PREFIXES = ("PMIX_SERVER_URI",)  # PMIX_SERVER_URI2, _URI21, ...: the serving daemon's vpid
+PREFIXES: tuple[str, ...] = ()
 #: Set only in a rank Open MPI (or another PMIx launcher) started; not OMPI_MCA_* settings
 #: such as OMPI_MCA_btl, which users keep in their shell profiles (local.py).
 TASK_VARIABLES = (*COUNTS, "OMPI_COMM_WORLD_NODE_RANK", "OMPI_UNIVERSE_SIZE",
@@ -85,7 +88,9 @@ WORLD: tuple[tuple[str, str], ...] = tuple(zip(("rank", "world_size", "local_ran
 #: No launcher's variables here describe another process that started this one.
 ENCLOSED_BY: tuple[str, ...] = ()
 #: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
-WHY_EMPTY: dict[str, str] = {}  # no field is empty (contract.Launcher)
+WHY_EMPTY = {
+    "PREFIXES": "every variable read is named in VARIABLES",
+}
 #: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
 CLAIMS = (
     {
@@ -245,8 +250,7 @@ def daemon_vpid(environ: Mapping[str, str]) -> int | None:
     absent or malformed."""
     from ..errors import to_int
 
-    for name in ("PMIX_SERVER_URI41", "PMIX_SERVER_URI4", "PMIX_SERVER_URI3", "PMIX_SERVER_URI21",
-                 "PMIX_SERVER_URI2"):
+    for name in SERVER_URIS:
         uri = environ.get(name)
         if uri:
             rank = uri.partition(";")[0].rpartition("@")[2]
