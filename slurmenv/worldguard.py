@@ -1,4 +1,8 @@
-"""The world guard: the last check of every resolution (``pipeline.resolve``, so the API,
+"""The world guard, and the task prolog's marker: the first and the last steps of every
+resolution.
+
+The marker (:data:`SET_BY`, :func:`without_stale`) is applied before anything is read. The
+world guard is the last check of every resolution (``pipeline.resolve``, so the API,
 ``export``, ``exec``, the task prolog, ``doctor`` and the step check).
 
 Every launcher module declares ``WORLD``: the variables that, in a task it started, hold the
@@ -89,9 +93,9 @@ def _disagree(
 ) -> SlurmEnvError:
     who = "its own variable" if other is chosen else \
         f"the {other.NAME} launcher detects this task too"
-    how = "chosen (--launcher or SLURMENV_LAUNCHER)" if forced is not None else "detected"
+    how = ", chosen with --launcher or SLURMENV_LAUNCHER," if forced is not None else ""
     return SlurmEnvError(
-        f"the {chosen.NAME} launcher ({how}) reads {_told(task, field)}, but {variable}={text} "
+        f"the {chosen.NAME} launcher{how} reads {_told(task, field)}, but {variable}={text} "
         f"({who}): two sources describe different worlds, so neither is taken",
         variable=variable, value=text, fix=FORCED_FIX if forced is not None else FIX,
     )
