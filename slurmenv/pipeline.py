@@ -3,6 +3,8 @@
 :func:`resolve` conducts it, above the launchers (``launchers/`` imports nothing of this
 module, nor of ``resolution`` or ``rivals``):
 
+0. **marker**: the values slurmenv's task prolog set for another step are dropped
+   (``worldguard.without_stale``), before anything is read;
 1. **detect**: the first module of ``launchers.REGISTRY`` whose ``detect`` is true (or the one
    ``--launcher``/``SLURMENV_LAUNCHER`` names, refused when its ``detect`` is false);
 2. **read**: its ``read`` gives a :class:`~slurmenv.launchers.base.Task`;
@@ -12,7 +14,9 @@ module, nor of ``resolution`` or ``rivals``):
    the same for every launcher;
 5. **rivals**: rank 0 of a launch with a ``launch_key`` runs this same pipeline on the other
    processes of its node (``rivals.find``) and refuses a MASTER_PORT another launch's rank 0
-   also resolves to (``rivals.py`` holds the rules, this module the loop).
+   also resolves to (``rivals.py`` holds the rules, this module the loop);
+6. **world guard**, last (``worldguard.check``): the world read agrees with every detecting
+   launcher's ``WORLD`` facts and, with a chosen launcher, with the detected one's reading.
 
 What :func:`derive` shares, so each rule lives once:
 
