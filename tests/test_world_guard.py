@@ -144,3 +144,11 @@ def test_a_chosen_single_process_default_still_looks_for_a_scrubbed_step() -> No
         with pytest.raises(SlurmEnvError) as info:
             slurmenv.resolve({}, ephemeral_range=None, step_evidence=evidence, **options)
         assert info.value.variable == "SLURM_JOB_ID" and "scrubbed" in info.value.message
+
+
+def test_the_task_prolog_refuses_the_forced_world() -> None:
+    from slurmenv import taskprolog
+
+    status, text = taskprolog.run({**STEP4, **HAND, "SLURMENV_LAUNCHER": "preset"})
+    assert status != 0 and "SLURM_PROCID=3" in text, text
+    assert "export RANK=0" not in text
