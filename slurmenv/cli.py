@@ -116,14 +116,20 @@ def cmd_exec(args: argparse.Namespace) -> int:
         from .commandline import usage_error
 
         usage_error("exec needs a command: slurmenv exec -- python train.py")
+    if args.step_timeout is not None and not args.preflight:
+        from .commandline import usage_error
+
+        usage_error("--step-timeout is the step check's: give it with --preflight "
+                    "(slurmenv exec --preflight --step-timeout N -- CMD), or drop it")
     given = options.given_in(args)
     try:
         res = resolve(**given)
         values = res.env(options.outputs(os.environ, args.for_))
         if args.preflight:
             from . import stepcheck
+            from .commandline import step_timeout
 
-            seconds = stepcheck.timeout_from(os.environ, args.step_timeout)
+            seconds = step_timeout(os.environ, args.step_timeout)
     except SlurmEnvError as exc:
         from .commandline import print_error
 
@@ -199,7 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _run(argv)
     except SystemExit as exc:
-        if exc.code not in (0, None):
+        if exc.code not in (0, None) and argv[:1] != ["completion"]:
+            # (completion's stdout goes into a completion file, never to eval: no guard there)
             _fail_closed_quietly(commandline, _asked_format(argv))
         raise
     except KeyboardInterrupt:  # Ctrl-C or a SIGINT: stop, and no traceback

@@ -26,7 +26,7 @@ from .errors import SlurmEnvError, printable
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
     from typing import BinaryIO, NoReturn
 
     from .resolution import Resolution
@@ -69,6 +69,21 @@ def resolve_from_args(args: argparse.Namespace) -> Resolution:
 def print_error(exc: SlurmEnvError) -> None:
     """Write a resolution error to stderr, prefixed like every slurmenv message."""
     say(printable(f"slurmenv: error: {exc}") + "\n")
+
+
+def step_timeout(environ: Mapping[str, str], given: str | None) -> float:
+    """The step check's timeout: ``--step-timeout`` (``given``), else ``SLURMENV_STEP_TIMEOUT``,
+    else the default, each read as every number slurmenv reads is (``errors.parse_int``:
+    ASCII digits, no sign, blank, separator, exponent or leading zero), then by the step
+    check's own range (``stepcheck.timeout_from``)."""
+    from . import stepcheck
+    from .errors import parse_int
+
+    name, text = ("--step-timeout", given) if given is not None else \
+        (stepcheck.TIMEOUT_VARIABLE, environ.get(stepcheck.TIMEOUT_VARIABLE, ""))
+    if given is not None or text.strip():
+        parse_int(name, text, minimum=1, fix=stepcheck.TIMEOUT_FIX)
+    return stepcheck.timeout_from(environ, given)
 
 
 def usage_error(message: str) -> NoReturn:

@@ -308,7 +308,8 @@ class Options(NamedTuple):
     launcher: str | None = option(
         "SLURMENV_LAUNCHER", "--launcher", LAUNCHER, None,
         "read the task with this launcher instead of detecting it (a name of the registry's, "
-        "docs/launchers.md); refused when that launcher does not detect the task",
+        "docs/launchers.md), among readings that agree: refused when that launcher does not "
+        "detect the task or when another source of the world contradicts it",
         metavar="NAME",
     )
 

@@ -3,6 +3,8 @@
 :func:`resolve` conducts it, above the launchers (``launchers/`` imports nothing of this
 module, nor of ``resolution`` or ``rivals``):
 
+0. **marker**: the values slurmenv's task prolog set for another step are dropped
+   (``worldguard.without_stale``), before anything is read;
 1. **detect**: the first module of ``launchers.REGISTRY`` whose ``detect`` is true (or the one
    ``--launcher``/``SLURMENV_LAUNCHER`` names, refused when its ``detect`` is false);
 2. **read**: its ``read`` gives a :class:`~slurmenv.launchers.base.Task`;
@@ -12,7 +14,9 @@ module, nor of ``resolution`` or ``rivals``):
    the same for every launcher;
 5. **rivals**: rank 0 of a launch with a ``launch_key`` runs this same pipeline on the other
    processes of its node (``rivals.find``) and refuses a MASTER_PORT another launch's rank 0
-   also resolves to (``rivals.py`` holds the rules, this module the loop).
+   also resolves to (``rivals.py`` holds the rules, this module the loop);
+6. **world guard**, last (``worldguard.check``): the world read agrees with every detecting
+   launcher's ``WORLD`` facts and, with a chosen launcher, with the detected one's reading.
 
 What :func:`derive` shares, so each rule lives once:
 
@@ -33,13 +37,14 @@ What :func:`derive` shares, so each rule lives once:
 
 from __future__ import annotations
 
-from . import launchers, ports
+from . import launchers, ports, tfconfig, worldguard
 from ._compat import TYPE_CHECKING
 from .errors import HOST_RULE, SlurmEnvError, check_host, host_problem, parse_int
 from .launchers.base import Task
 from .options import Options
 from .render import RANK_FIELDS
 from .resolution import Resolution
+from .worldguard import without_stale
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -70,11 +75,8 @@ CONSUMED = (
 )
 #: Variables that describe the step, not a user's choice: an inherited value is replaced.
 REPLACED = ("MASTER_ADDR", "TF_CONFIG")
-#: Exported by slurmenv's task prolog after its values: ``<job>.<step>:NAME,NAME,...``, the
-#: step it resolved and the names it set (slurmenv/taskprolog.py). A task of another step (a
-#: ``srun`` inside ``srun --pty bash`` of an opted-in job) inherits them: they are slurmenv's
-#: values for that step, not the user's, and are resolved again as if unset.
-SET_BY = "SLURMENV_SET_BY"
+#: slurmenv's task prolog's marker (``worldguard.py``, where it is applied before reading).
+SET_BY = worldguard.SET_BY
 FREE_PORT_SOURCE = "a port free on 127.0.0.1 now (single process)"
 EXPLICIT_PORT_SOURCE = "given port (--port or SLURMENV_PORT)"
 EXPLICIT_ADDR_SOURCE = "given address (--master-addr or SLURMENV_MASTER_ADDR)"
@@ -108,6 +110,7 @@ def resolve(
     other processes of this node for rank 0 of a launch that is not a Slurm step (``FIND``:
     read from /proc when needed, None: not looked at).
     """
+    environ, stale_note = without_stale(environ)  # before anything is read
     module = launcher_of(environ, options)
     task: Task = module.read(environ)  # the fallback refuses a stray launcher variable first
     if module.FALLBACK:
@@ -122,9 +125,13 @@ def resolve(
                 "--cleanenv, env -i): as a single process, every task would train alone",
                 variable="SLURM_JOB_ID", value=None, fix=SCRUBBED_FIX,
             )
+    if stale_note:
+        task = task._replace(notes=(*task.notes, stale_note))
     res = derive(task, environ, options, ephemeral, cpus)
     if task.launch_key is not None and task.rank == 0 and rivals is not None:
         check_rivals(task, environ, options, ephemeral, rivals)
+    worldguard.check(  # last, on every path (docs/fail-closed.md)
+        environ, task, module, options.launcher)
     return res
 
 
@@ -208,15 +215,8 @@ def derive(
     cpus: int | None = None,
 ) -> Resolution:
     """The Resolution of ``task``: address, ports, inherited checks and bindings added."""
-    notes = list(task.notes)
-    stale = set_for_another_step(environ)
-    if stale is not None:
-        step, names = stale
-        environ = {name: value for name, value in environ.items() if name not in names}
-        notes.append(
-            f"{', '.join(names)} were set by slurmenv's task prolog for step {step} "
-            f"({SET_BY}), not for this one: resolved again"
-        )
+    environ, stale_note = without_stale(environ)  # resolve() did it before reading
+    notes = [*task.notes, *([stale_note] if stale_note else [])]
     notes.extend(check_inherited(task, environ))
     master_addr, addr_source = address(task, options, environ)
     inherited_addr = environ.get("MASTER_ADDR")
@@ -254,29 +254,9 @@ def derive(
     return Resolution(
         **carried(task), master_addr=master_addr, master_port=plan.master, sources=sources,
         notes=notes, tf_chief=options.tf_chief, tf_jobs=options.tf_jobs, tf_config=tf_config,
+        tf_jobs_from=tfconfig.jobs_from(options.tf_jobs, environ),
         bindings=bindings, gpus=gpus, gpu_source=gpu_source,
     )
-
-
-def step_key(environ: Mapping[str, str]) -> str:
-    """``<job>.<step>`` of the task whose environment is ``environ`` (:data:`SET_BY`)."""
-    from .launchers.base import job_id, step_id
-
-    return f"{job_id(environ) or ''}.{step_id(environ) or ''}"
-
-
-def set_for_another_step(environ: Mapping[str, str]) -> tuple[str, tuple[str, ...]] | None:
-    """(the step, the names) of the values slurmenv's task prolog set for a step other than
-    this task's (:data:`SET_BY`); None when it set none or set them for this step. Only names
-    slurmenv outputs count: the marker cannot remove a Slurm variable."""
-    step, colon, listed = environ.get(SET_BY, "").partition(":")
-    if not colon or step == step_key(environ):
-        return None
-    from .render import OUTPUTS
-
-    ours = {name for names in OUTPUTS.values() for name in names}
-    names = tuple(name for name in listed.split(",") if name in ours and name in environ)
-    return (step, names) if names else None
 
 
 def carried(task: Task) -> dict[str, Any]:

@@ -37,6 +37,7 @@ class Resolution:
 
     __slots__ = (
         "_cache",
+        "_jobs_from",
         "_nnodes",
         "_node_rank",
         "_topology",
@@ -92,6 +93,7 @@ class Resolution:
     in_worker: bool
     _topology: Topology
     _cache: dict[str, Any]
+    _jobs_from: str  # the option that gave tf_jobs: SLURMENV_TF_JOBS or --tf-jobs
 
     def __init__(
         self,
@@ -123,6 +125,7 @@ class Resolution:
         label: str = "",
         in_worker: bool = False,
         unknown: Sequence[str] = (),
+        tf_jobs_from: str = "SLURMENV_TF_JOBS",
     ) -> None:
         values = {
             "launcher": launcher, "rank": rank, "local_rank": local_rank, "world_size": world_size,
@@ -131,6 +134,7 @@ class Resolution:
             "master_addr": master_addr, "master_port": master_port, "hostname": hostname,
             "job_id": job_id, "step_id": step_id, "sources": MappingProxyType(dict(sources or {})),
             "notes": tuple(notes), "tf_chief": tf_chief, "tf_jobs": tf_jobs,
+            "_jobs_from": tf_jobs_from,
             "_topology": topology or Topology(),
             "_cache": {} if tf_config is None else {"tf_config_fn": tf_config},
             "bindings": MappingProxyType(dict(bindings or {})),
@@ -236,7 +240,7 @@ class Resolution:
         from . import tfconfig  # only outputs with TF_CONFIG need it
 
         workers = self._cached("tf_workers", self._topology.tf_workers)
-        return tfconfig.build(workers, self.rank, self.tf_chief, self.tf_jobs)
+        return tfconfig.build(workers, self.rank, self.tf_chief, self.tf_jobs, self._jobs_from)
 
     @property
     def tf_addresses(self) -> tuple[str, ...]:
@@ -253,14 +257,15 @@ class Resolution:
     @property
     def tf_roles(self) -> tuple[tuple[str, int], ...]:
         """``(task type, index)`` of every rank in ``TF_CONFIG`` (``--tf-jobs``,
-        ``--tf-chief``); SlurmEnvError naming ``SLURMENV_TF_JOBS`` when its counts do not add
-        up to the step's tasks."""
+        ``--tf-chief``); SlurmEnvError naming ``SLURMENV_TF_JOBS`` (``--tf-jobs`` when the
+        command line gave them) when its counts do not add up to the step's tasks."""
         from . import tfconfig
 
         fn = self._cache.get("tf_config_fn")
         if fn is not None:  # a TF_CONFIG the launcher set: its cluster, chief first
             return tuple(tfconfig.cluster_roles(fn()))
-        return tuple(tfconfig.roles(self.world_size, self.tf_chief, self.tf_jobs))
+        return tuple(tfconfig.roles(self.world_size, self.tf_chief, self.tf_jobs,
+                                    self._jobs_from))
 
     @property
     def tf_config_bound(self) -> int:

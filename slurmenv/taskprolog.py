@@ -25,7 +25,7 @@ slurmenv reads every yes/no variable and refuses a value that is neither).
 Its values are followed by ``SLURMENV_SET_BY=<job>.<step>:NAME,...``: a ``srun`` started
 inside a step whose values the prolog set (``srun --pty bash`` in an opted-in job) knows that
 they are slurmenv's for another step, not the user's, and resolves them again
-(:data:`slurmenv.pipeline.SET_BY`).
+(:data:`slurmenv.worldguard.SET_BY`).
 """
 
 from __future__ import annotations
@@ -114,8 +114,8 @@ def refusal(text: str) -> str:
 
 
 def marked(values: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
-    """``values`` and, last, :data:`slurmenv.pipeline.SET_BY`: this step and the names set."""
-    from .pipeline import SET_BY, step_key
+    """``values`` and, last, :data:`slurmenv.worldguard.SET_BY`: this step and the names set."""
+    from .worldguard import SET_BY, step_key
 
     return {**values, SET_BY: f"{step_key(environ)}:{','.join(values)}"}
 

@@ -58,7 +58,7 @@ def parse_jobs(text: str) -> list[tuple[str, int]]:
             raise ValueError(f"unknown TensorFlow job {name!r} (known: {', '.join(JOB_NAMES)})")
         if name in counts:
             raise ValueError(f"job {name!r} is given twice")
-        if not (count.isascii() and count.isdigit()) or len(count) > 9 or int(count) < 1:
+        if not is_number(count) or len(count) > 9 or int(count) < 1:  # the one number rule
             raise ValueError(f"the count of {name!r} must be a whole number, 1 or more")
         counts[name] = int(count)
     for name in ("chief", "evaluator"):
@@ -82,13 +82,27 @@ def canonical_jobs(text: str, variable: str = JOBS_VARIABLE) -> str:
     return jobs_text(parse_jobs(text))
 
 
-def roles(world_size: int, chief: bool = False, jobs: str | None = None) -> list[tuple[str, int]]:
+def jobs_from(jobs: str | None, environ: Mapping[str, str]) -> str:
+    """The option that gave ``jobs`` (the ``tf_jobs`` taken): ``SLURMENV_TF_JOBS`` when its
+    value is the one taken, else ``--tf-jobs`` (the command line or the keyword won)."""
+    text = environ.get(JOBS_VARIABLE)
+    if not jobs or not text:
+        return "--tf-jobs" if jobs else JOBS_VARIABLE
+    try:
+        return JOBS_VARIABLE if canonical_jobs(text) == jobs else "--tf-jobs"
+    except ValueError:
+        return "--tf-jobs"
+
+
+def roles(
+    world_size: int, chief: bool = False, jobs: str | None = None, variable: str = JOBS_VARIABLE
+) -> list[tuple[str, int]]:
     """``(task type, index)`` of every rank: with ``jobs`` (``--tf-jobs``), consecutive
     slices of the ranks in :data:`JOB_NAMES` order; else ``worker`` r, or, with ``chief``
     (``--tf-chief``), rank 0 the ``chief`` and the others worker 0..n-2.
 
-    Refuses (naming ``SLURMENV_TF_JOBS``) counts that do not add up to ``world_size`` and
-    ``jobs`` given with ``chief``.
+    Refuses (naming ``variable``: ``SLURMENV_TF_JOBS``, or ``--tf-jobs`` when the command line
+    gave them) counts that do not add up to ``world_size`` and ``jobs`` given with ``chief``.
     """
     if not jobs:
         if chief:
@@ -97,7 +111,7 @@ def roles(world_size: int, chief: bool = False, jobs: str | None = None) -> list
     parsed = parse_jobs(jobs)
     if chief:
         raise SlurmEnvError(
-            "--tf-chief and --tf-jobs both say which rank is the chief", variable=JOBS_VARIABLE,
+            "--tf-chief and --tf-jobs both say which rank is the chief", variable=variable,
             value=jobs, fix="drop --tf-chief (SLURMENV_TF_CHIEF): chief=1 in --tf-jobs makes "
             "rank 0 the chief",
         )
@@ -110,7 +124,7 @@ def roles(world_size: int, chief: bool = False, jobs: str | None = None) -> list
             hint = ", e.g. " + jobs_text([*fixed, ("worker", world_size - others)])
         raise SlurmEnvError(
             f"the TensorFlow jobs add up to {total} tasks, but the step has {world_size}",
-            variable=JOBS_VARIABLE, value=jobs,
+            variable=variable, value=jobs,
             fix=f"make the counts add up to the step's {world_size} tasks{hint}, or start "
             f"{total} task{'s' if total != 1 else ''} (srun -n {total})",
         )
@@ -118,7 +132,8 @@ def roles(world_size: int, chief: bool = False, jobs: str | None = None) -> list
 
 
 def build(
-    workers: Sequence[str], rank: int, chief: bool = False, jobs: str | None = None
+    workers: Sequence[str], rank: int, chief: bool = False, jobs: str | None = None,
+    variable: str = JOBS_VARIABLE,
 ) -> dict[str, Any]:
     """``{"cluster": {"worker": [...]}, "task": {"type": "worker", "index": rank}}``.
 
@@ -130,7 +145,7 @@ def build(
     require_list(workers, "workers", "a list of 'host:port' strings, one per rank")
     if not chief and not jobs:
         return {"cluster": {"worker": list(workers)}, "task": {"type": "worker", "index": rank}}
-    every = roles(len(workers), chief, jobs)
+    every = roles(len(workers), chief, jobs, variable)
     cluster: dict[str, list[str]] = {}
     for address, (name, _) in zip(workers, every):
         if name != "evaluator":

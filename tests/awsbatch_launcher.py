@@ -24,6 +24,8 @@ PREFIXES: tuple[str, ...] = ()
 TASK_VARIABLES = ("AWS_BATCH_JOB_NODE_INDEX", "AWS_BATCH_JOB_NUM_NODES",
                   "AWS_BATCH_JOB_MAIN_NODE_INDEX", "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS")
 FALLBACK = False
+WORLD = (("rank", "AWS_BATCH_JOB_NODE_INDEX"), ("world_size", "AWS_BATCH_JOB_NUM_NODES"))
+ENCLOSED_BY: tuple[str, ...] = ()
 WHY_EMPTY = {"PREFIXES": "every variable read is named in VARIABLES"}
 CLAIMS = ({"name": "AWS Batch (tests only)", "started_by": "AWS Batch", "signal": "-",
            "status": "unit tests"},)

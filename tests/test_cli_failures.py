@@ -177,3 +177,20 @@ def test_ctrl_c_during_a_real_export() -> None:
                          timeout=60, check=False, preexec_fn=default_sigint)
     assert (out.returncode, out.stderr) == (130, "slurmenv: interrupted. Nothing was exported.\n")
     assert out.stdout == render.FAILURE["sh"]
+
+
+def test_step_timeout_without_the_step_check_is_refused() -> None:
+    # not silently ignored: the user thinks a step check runs
+    ran = run(["exec", "--step-timeout", "5", "--", sys.executable, "-c", "print('RAN')"], STEP)
+    assert ran.returncode == 2 and "RAN" not in ran.stdout, ran
+    assert "--step-timeout" in ran.stderr and "--preflight" in ran.stderr
+    doctor = run(["doctor", "--step-timeout", "5"], STEP)
+    assert doctor.returncode == 2 and "--step" in doctor.stderr, doctor
+
+
+@pytest.mark.parametrize("shell", ["tcsh", "csh", "", "bash;rm"])
+def test_completion_for_an_unknown_shell_writes_nothing_to_the_file(shell: str) -> None:
+    # slurmenv completion tcsh > ~/.tcsh_completion: no shell guard in the file
+    out = run(["completion", shell], {})
+    assert out.returncode == 2 and out.stdout == "", out
+    assert "invalid choice" in out.stderr

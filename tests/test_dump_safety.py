@@ -67,11 +67,11 @@ def test_a_name_pattern_stays_in_its_directory(name: str) -> None:
 
 def test_a_dump_records_no_whole_families(monkeypatch: pytest.MonkeyPatch) -> None:
     env = {**synth.step_env(HOSTS, [2, 2, 2, 2], 1), "OMPI_MCA_btl": "tcp",
-           "PMIX_SERVER_URI41": "x", "I_MPI_PIN": "1", "HYDRA_HOST_FILE": "/h", "LSB_MCPU": "a",
+           "PMIX_SERVER_URI5": "x", "I_MPI_PIN": "1", "HYDRA_HOST_FILE": "/h", "LSB_MCPU": "a",
            "PALS_SPOOL_DIR": "/s", "PET_EXTRA": "1", "FLUX_URI": "local://x",
            "TORCHELASTIC_ERROR_FILE": "/e", "MY_API_TOKEN": "secret"}
     kept = dump.select(env)
-    assert not {"OMPI_MCA_btl", "PMIX_SERVER_URI41", "I_MPI_PIN", "HYDRA_HOST_FILE", "LSB_MCPU",
+    assert not {"OMPI_MCA_btl", "PMIX_SERVER_URI5", "I_MPI_PIN", "HYDRA_HOST_FILE", "LSB_MCPU",
                 "PALS_SPOOL_DIR", "PET_EXTRA", "FLUX_URI", "TORCHELASTIC_ERROR_FILE",
                 "MY_API_TOKEN"} & set(kept)
     assert kept["SLURM_PROCID"] == "1"
@@ -478,3 +478,24 @@ def test_show_and_doctor_from_any_dump_report_or_refuse(
         assert status in ok, (command, err)
         assert "internal error" not in err and "Traceback" not in out + err
         assert out or "slurmenv: error:" in err
+
+
+@pytest.mark.parametrize(("name", "value", "secret"), [
+    ("GIT_REMOTE", "https://ghp_16C7e42F292c6912E7710c838347Ae178B4a@github.com/o/r", "ghp_16C7"),
+    ("MY_SETTING", "ghp_16C7e42F292c6912E7710c838347Ae178B4a", "ghp_16C7"),
+    ("NOTE", "use glpat-xxxxxxxxxxxxxxxxxxxx for the mirror", "glpat-"),
+    ("https_proxy", "http://proxy:3128/?access_token=s3cr3t&region=eu", "s3cr3t"),
+    ("HTTP_PROXY", "http://proxy:3128/path;api_key=s3cr3t", "s3cr3t"),
+    ("WANDB_BASE_URL", "https://wandb.example/?token=s3cr3t", "s3cr3t"),
+])
+def test_dump_redacts_variables_by_the_shape_of_their_value(
+    name: str, value: str, secret: str
+) -> None:
+    # the rule of the files, for variables: a token of a well-known form, a URL's credentials
+    from slurmenv.launchers import base
+
+    kept = base.redact(name, value)
+    assert secret not in kept and "REDACTED" in kept, kept
+    assert base.redact("https_proxy", "http://proxy:3128/?region=eu") == \
+        "http://proxy:3128/?region=eu"
+    assert base.redact("SLURM_JOB_NODELIST", "r1n[09-10]") == "r1n[09-10]"

@@ -224,3 +224,11 @@ def test_help_to_a_full_disk_is_an_error(args: list[str], unbuffered: bool) -> N
                              stderr=subprocess.PIPE, text=True, timeout=60, check=False)
     assert out.returncode == 1, out.stderr
     assert out.stderr == "slurmenv: error: cannot write the output: No space left on device\n"
+
+
+def test_end_does_not_exit_0_when_stdout_cannot_be_flushed() -> None:
+    # main returned 0 with the output still in the buffer; the disk is full
+    out = ending("sys.stdout = open('/dev/full', 'w', buffering=8192)\n"
+                 "sys.stdout.write('export RANK=0\\n')\nend(0)")
+    assert out.returncode == 1, out
+    assert "cannot write the output" in out.stderr

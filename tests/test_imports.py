@@ -274,7 +274,7 @@ EXPORT_PATH = {
     "slurmenv.errors", "slurmenv.gpus", "slurmenv.launchers", "slurmenv.launchers.base",
     "slurmenv.launchers.slurm", "slurmenv.layout", "slurmenv.nodes", "slurmenv.options",
     "slurmenv.ports", "slurmenv.render", "slurmenv.resolution", "slurmenv.tfconfig",
-    "slurmenv.threads",
+    "slurmenv.threads", "slurmenv.worldguard",
 }
 
 
@@ -349,3 +349,31 @@ def test_launchers_import_nothing_above_them() -> None:
         assert outside <= BELOW_LAUNCHERS, (name, sorted(outside - BELOW_LAUNCHERS))
     for name in BELOW_LAUNCHERS:
         assert not set(import_edges(name)) & inside, name
+
+
+def test_resolve_from_many_threads_at_first_use() -> None:
+    # launchers.load read sys.modules while another thread was still importing the module
+    # ("partially initialized module ... has no attribute 'detect'"): fresh interpreters, so
+    # that the first use is the threads'
+    env = {**synth.clean_env(PYTHONPATH=str(ROOT))}
+    code = (
+        "import threading, slurmenv, synth\n"
+        "envs = [synth.step_env(['a', 'b'], [2, 2], r) for r in range(4)]\n"
+        "envs += [{**e, 'TORCHELASTIC_RUN_ID': '1', 'RANK': str(r), 'WORLD_SIZE': '4'}\n"
+        "         for r, e in enumerate(envs)]\n"
+        "errors = []\n"
+        "def one(env):\n"
+        "    try:\n"
+        "        slurmenv.resolve(env, ephemeral_range=None, step_evidence=None)\n"
+        "    except slurmenv.SlurmEnvError:\n"
+        "        pass\n"
+        "    except Exception as exc:\n"
+        "        errors.append(repr(exc))\n"
+        "threads = [threading.Thread(target=one, args=(e,)) for e in envs * 4]\n"
+        "[t.start() for t in threads]; [t.join() for t in threads]\n"
+        "print(errors)\n"
+    )
+    for _ in range(5):
+        out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT / "tests",
+                             capture_output=True, text=True, timeout=120, check=True)
+        assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -172,3 +172,47 @@ def test_a_launchers_master_addr_is_checked(value: str) -> None:
     for env in (preset, torchrun):
         err = refusal(env)
         assert (err.variable, err.value) == ("MASTER_ADDR", value), str(err)
+
+
+# -- one number rule for every number (issue 36) -------------------------------------------------
+@pytest.mark.parametrize("count", ["04", "+4", "4_0", "٤", " 4x", "4e0"])
+def test_tf_job_counts_follow_the_number_rule(count: str) -> None:
+    step = synth.step_env(HOSTS, COUNTS, 0)
+    err = refusal({**step, "SLURMENV_TF_JOBS": f"chief=1,worker={count}"})
+    assert (err.variable, err.value) == ("SLURMENV_TF_JOBS", f"chief=1,worker={count}")
+
+
+@pytest.mark.parametrize("text", ["١٠", "1_0", "+5", "1e1", "05", "2.5", " 5"])
+@pytest.mark.parametrize("where", ["flag", "variable"])
+def test_step_timeouts_follow_the_number_rule(text: str, where: str) -> None:
+    from slurmenv.commandline import step_timeout
+
+    with pytest.raises(SlurmEnvError) as info:
+        if where == "flag":
+            step_timeout({}, text)
+        else:
+            step_timeout({"SLURMENV_STEP_TIMEOUT": text}, None)
+    name = "--step-timeout" if where == "flag" else "SLURMENV_STEP_TIMEOUT"
+    assert (info.value.variable, info.value.value) == (name, text)
+    assert step_timeout({"SLURMENV_STEP_TIMEOUT": "10"}, None) == 10.0
+    assert step_timeout({}, "3600") == 3600.0
+
+
+def test_tf_jobs_refusals_name_the_flag_when_the_command_line_gave_them() -> None:
+    step = synth.step_env(HOSTS, COUNTS, 0)
+    by_flag = refusal(step, tf_jobs="chief=1,worker=3")  # the step has 8 tasks
+    assert (by_flag.variable, by_flag.value) == ("--tf-jobs", "chief=1,worker=3")
+    by_variable = refusal({**step, "SLURMENV_TF_JOBS": "chief=1,worker=3"})
+    assert by_variable.variable == "SLURMENV_TF_JOBS"
+    # the flag wins over the variable, and is the one at fault
+    both = refusal({**step, "SLURMENV_TF_JOBS": "chief=1,worker=7"}, tf_jobs="chief=1,worker=3")
+    assert both.variable == "--tf-jobs"
+    chief = refusal(step, tf_jobs="chief=1,worker=7", tf_chief=True)
+    assert chief.variable == "--tf-jobs"
+
+
+def test_a_wrong_gtids_length_is_refused_naming_slurm_gtids() -> None:
+    step = synth.step_env(HOSTS, COUNTS, 2)  # node 1 runs ranks 2 and 3
+    for gtids in ("2", "2,3,4", "2,3,3"):
+        err = refusal({**step, "SLURM_GTIDS": gtids})
+        assert (err.variable, err.value) == ("SLURM_GTIDS", gtids), str(err)

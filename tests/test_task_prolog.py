@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import synth
 
-from slurmenv import SlurmEnvError, options, pipeline, render, resolve, taskprolog
+from slurmenv import SlurmEnvError, options, pipeline, render, resolve, taskprolog, worldguard
 from slurmenv.launchers import base
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -299,7 +299,7 @@ def test_a_srun_inside_a_prolog_step_resolves_its_own_step() -> None:
 
 def test_the_marker_cannot_remove_a_slurm_variable() -> None:
     env = {**STEP, pipeline.SET_BY: "1.0:SLURM_PROCID,SLURM_NTASKS,PATH"}
-    assert pipeline.set_for_another_step(env) is None
+    assert worldguard.set_for_another_step(env) is None
     assert resolve(env).rank == 5
 
 

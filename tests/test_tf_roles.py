@@ -140,7 +140,7 @@ def test_counts_that_do_not_add_up_are_refused_with_a_fix() -> None:
     res = resolve(env, tf_jobs="chief=1,ps=2,worker=1")
     with pytest.raises(SlurmEnvError) as err:
         res.env("all")
-    assert err.value.variable == "SLURMENV_TF_JOBS"
+    assert err.value.variable == "--tf-jobs"  # given as an option, not the variable
     assert err.value.value == "chief=1,ps=2,worker=1"
     assert "add up to 4 tasks, but the step has 5" in err.value.message
     assert "chief=1,ps=2,worker=2" in (err.value.fix or "")
@@ -154,7 +154,7 @@ def test_tf_chief_and_tf_jobs_together_are_refused() -> None:
     env = synth.step_env(["a", "b"], [1, 1], 1, SLURMENV_TF_CHIEF="1")
     with pytest.raises(SlurmEnvError) as err:
         resolve(env, tf_jobs="chief=1,worker=1").env("tf")
-    assert err.value.variable == "SLURMENV_TF_JOBS" and "--tf-chief" in (err.value.fix or "")
+    assert err.value.variable == "--tf-jobs" and "--tf-chief" in (err.value.fix or "")
 
 
 def test_mpi_launchers_keep_refusing_tf_config() -> None:
@@ -172,7 +172,7 @@ def test_export_refuses_in_words_and_show_marks_each_role() -> None:
     bad = subprocess.run([*cmd, "export", "--tf-jobs", "chief=1,worker=1"], env=base,
                          capture_output=True, text=True, timeout=60, check=False)
     assert bad.returncode != 0 and "TF_CONFIG" not in bad.stdout  # a failing line for eval
-    assert "SLURMENV_TF_JOBS" in bad.stderr and "Traceback" not in bad.stderr
+    assert "--tf-jobs=" in bad.stderr and "Traceback" not in bad.stderr  # the flag given
     env = {**base, "SLURMENV_TF_JOBS": "chief=1,ps=1,worker=1"}
     text = subprocess.run([*cmd, "show", "--all-ranks"], env=env, capture_output=True, text=True,
                           timeout=60, check=True).stdout

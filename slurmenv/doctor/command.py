@@ -94,12 +94,12 @@ def replay(
 def step(options: Mapping[str, Any], timeout: str | None, from_file: str | None) -> int:
     """``doctor --step``: the step check (slurmenv.stepcheck) in this task."""
     from .. import resolve, stepcheck
-    from ..commandline import print_error, usage_error
+    from ..commandline import print_error, step_timeout, usage_error
 
     if from_file:
         usage_error("--step checks a running step: it cannot replay a dump (--from)")
     try:
-        seconds = stepcheck.timeout_from(os.environ, timeout)
+        seconds = step_timeout(os.environ, timeout)
         res = resolve(**options)
     except SlurmEnvError as exc:
         print_error(exc)
@@ -117,6 +117,11 @@ def main(argv: Sequence[str]) -> int:
     options = options_from_args(args)
     if args.step:
         return step(options, args.step_timeout, args.from_file)
+    if args.step_timeout is not None:
+        from ..commandline import usage_error
+
+        usage_error("--step-timeout is the step check's: give it with --step "
+                    "(slurmenv doctor --step --step-timeout N), or drop it")
     if args.from_file:
         try:
             loaded = load(args.from_file)

@@ -92,7 +92,8 @@ HELPERS = (
 
 #: Variables of which at least one must be set for a launcher's ``detect`` to be true: the
 #: module is not even imported otherwise (tests/test_registry.py checks the implication).
-#: Only worth it for launchers before ``slurm`` in the registry, which every step task tries.
+#: Worth it for launchers before ``slurm`` in the registry, which every step task tries, and for
+#: those after it that the world guard would otherwise import in every task.
 SIGNALS = {
     "torchrun": ("TORCHELASTIC_RUN_ID",),
     "flux": ("FLUX_TASK_RANK",),
@@ -101,7 +102,17 @@ SIGNALS = {
     "hydra": ("MPI_LOCALRANKID",),
     "mvapich": ("MV2_COMM_WORLD_RANK",),
     "het": ("SLURM_HET_SIZE", "SLURM_PACK_SIZE"),
+    # and for the world guard (slurmenv/worldguard.py), which looks at every launcher that
+    # detects the task: an srun task imports none of these for it
+    "lsf": ("JSM_NAMESPACE_RANK",),
+    "pals": ("PALS_RANKID",),
+    "k8s": ("KUBERNETES_SERVICE_HOST",),
+    "preset": ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
+               "NNODES", "GROUP_WORLD_SIZE"),
 }
+#: The launchers that declare no WORLD fact (tests/test_registry.py checks it): the world
+#: guard does not import them.
+NO_WORLD = ("batch", "local")
 
 
 def load(name: str) -> ModuleType:
@@ -110,7 +121,9 @@ def load(name: str) -> ModuleType:
 
     full = f"{__name__}.{name}"
     module = sys.modules.get(full)
-    if module is None:
+    if module is None or getattr(getattr(module, "__spec__", None), "_initializing", False):
+        # absent, or another thread is still importing it (its functions not defined yet):
+        # the import system waits for that thread's import to finish
         __import__(full)
         module = sys.modules[full]
     return module

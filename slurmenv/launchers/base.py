@@ -345,13 +345,39 @@ def redact_proxy(value: str) -> str:
     return f"{scheme}{REDACTED}@{rest[rest.rfind('@') + 1:]}"
 
 
+def redact_url(value: str) -> str:
+    """A URL's credentials removed: ``user:password@`` (:func:`redact_proxy`) and the value of
+    every query parameter whose name :func:`is_credential` says is a secret
+    (``?access_token=...``, ``&api_key=...``)."""
+    import re  # dump only, never on export's path
+
+    kept = redact_proxy(value)
+    return re.sub(
+        r"([?&;])([^=&;#]*)=([^&;#]*)",
+        lambda m: f"{m.group(1)}{m.group(2)}={REDACTED}" if is_credential(m.group(2))
+        else m.group(0),
+        kept,
+    )
+
+
 def redact(name: str, value: str) -> str:
-    """The value a dump may keep for ``name``: credentials replaced, proxy passwords removed."""
-    if name in URL_PROXIES:
-        return redact_proxy(value)
-    if is_credential(name):
+    """The value a dump may keep for ``name``: by its name (a credential's, :func:`is_credential`)
+    and by its shape, as for the lines of a file: a value holding a token of a well-known form
+    (:data:`TOKEN_PREFIXES`) is replaced, a URL's credentials are removed (:func:`redact_url`;
+    every proxy variable's value is read as a URL)."""
+    if is_credential(name) or holds_token(value):
         return REDACTED
+    if name in URL_PROXIES or "://" in value or "?" in value:
+        return redact_url(value)
     return value
+
+
+def holds_token(text: str) -> bool:
+    """Whether ``text`` holds a token of a well-known form (:data:`TOKEN_PREFIXES`) as one of
+    its words (split at blanks and at ``=``, ``:``, ``,``, ``;``, ``@``, ``/``, quotes)."""
+    import re  # dump only
+
+    return any(word.startswith(TOKEN_PREFIXES) for word in re.split(r"[\s=:,;@/'\"]+", text))
 
 
 #: How well-known tokens begin (GitHub, GitLab, Slack, AWS keys, JSON web tokens, PEM keys): a
@@ -370,4 +396,4 @@ def looks_like_credential(line: str) -> bool:
         name, found, _ = text.partition(sep)
         if found and is_credential(name.strip().strip("'\"")):
             return True
-    return any(word.startswith(TOKEN_PREFIXES) for word in text.split())
+    return holds_token(text)

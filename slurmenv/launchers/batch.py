@@ -35,10 +35,19 @@ VARIABLES = (
 PREFIXES: tuple[str, ...] = ()
 TASK_VARIABLES: tuple[str, ...] = ()
 FALLBACK = False  # not the single-process default (contract.Launcher)
+#: The variables that hold this task's place in the world when this launcher started it
+#: (Task field, variable): the world guard compares them (slurmenv/worldguard.py).
+WORLD: tuple[tuple[str, str], ...] = ()
+#: No launcher's variables here describe another process that started this one.
+ENCLOSED_BY: tuple[str, ...] = ()
 #: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
 WHY_EMPTY = {
     "PREFIXES": "every variable read is named in VARIABLES",
     "TASK_VARIABLES": "the variables of a Slurm job: slurm.py declares them",
+    "WORLD": (
+        "the job's variables describe the allocation, not a task: a step's tasks differ from "
+        "them on purpose (a chosen launcher must still agree with this module's reading)"
+    ),
 }
 #: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
 CLAIMS = (

@@ -57,6 +57,19 @@ class Launcher(Protocol):
         /proc for a scrubbed Slurm step before using it (``launchers/evidence.py``)."""
 
     @property
+    def WORLD(self) -> tuple[tuple[str, str], ...]:
+        """(Task field, variable) pairs: in a task this launcher started, each variable that is
+        set holds that field (``("rank", "SLURM_PROCID")``); the world guard refuses a
+        resolution that disagrees with them (``slurmenv/worldguard.py``)."""
+
+    @property
+    def ENCLOSED_BY(self) -> tuple[str, ...]:
+        """Registry names of launchers whose variables this launcher's tasks carry from the
+        process that started them (torchrun's agent in an srun task), not their own: their
+        WORLD facts are not compared with this launcher's tasks. Each comes after this
+        launcher in the registry (tests/test_registry.py)."""
+
+    @property
     def WHY_EMPTY(self) -> Mapping[str, str]:
         """For each field above declared empty, why (``{"PREFIXES": "every variable read is
         named in VARIABLES"}``); tests/test_registry.py refuses an empty field without one."""
@@ -71,11 +84,11 @@ class Launcher(Protocol):
 
 #: The fields of :class:`Launcher` that are tuples: each is either non-empty or has a reason in
 #: ``WHY_EMPTY``.
-TUPLES = ("VARIABLES", "PREFIXES", "TASK_VARIABLES", "CLAIMS")
+TUPLES = ("VARIABLES", "PREFIXES", "TASK_VARIABLES", "CLAIMS", "WORLD")
 #: Every field of :class:`Launcher`, with the type its value must have at run time.
 FIELDS: dict[str, type | tuple[type, ...]] = {
     "NAME": str, "VARIABLES": tuple, "PREFIXES": tuple, "TASK_VARIABLES": tuple,
-    "CLAIMS": tuple, "FALLBACK": bool, "WHY_EMPTY": dict,
+    "CLAIMS": tuple, "FALLBACK": bool, "WHY_EMPTY": dict, "WORLD": tuple, "ENCLOSED_BY": tuple,
 }
 
 if TYPE_CHECKING:

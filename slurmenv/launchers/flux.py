@@ -35,6 +35,12 @@ PREFIXES: tuple[str, ...] = ()
 #: Set only in a task a Flux job shell started (local.py refuses the single-process default).
 TASK_VARIABLES = ("FLUX_TASK_RANK", "FLUX_TASK_LOCAL_ID")
 FALLBACK = False  # not the single-process default (contract.Launcher)
+#: The variables that hold this task's place in the world when this launcher started it
+#: (Task field, variable): the world guard compares them (slurmenv/worldguard.py).
+WORLD: tuple[tuple[str, str], ...] = (("rank", "FLUX_TASK_RANK"), ("world_size", "FLUX_JOB_SIZE"),
+         ("local_rank", "FLUX_TASK_LOCAL_ID"), ("nnodes", "FLUX_JOB_NNODES"))
+#: A Flux instance started by srun (srun flux start) hands its jobs the broker's SLURM_*.
+ENCLOSED_BY: tuple[str, ...] = ("het", "slurm")
 #: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
 WHY_EMPTY = {
     "PREFIXES": "every variable read is named in VARIABLES",

@@ -46,6 +46,11 @@ PREFIXES = slurm.PREFIXES
 SIGNALS = ("SLURM_HET_SIZE", "SLURM_PACK_SIZE")
 TASK_VARIABLES: tuple[str, ...] = ()
 FALLBACK = False  # not the single-process default (contract.Launcher)
+#: The variables that hold this task's place in the world when this launcher started it
+#: (Task field, variable): the world guard compares them (slurmenv/worldguard.py).
+WORLD: tuple[tuple[str, str], ...] = slurm.WORLD
+#: No launcher's variables here describe another process that started this one.
+ENCLOSED_BY: tuple[str, ...] = ()
 #: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
 WHY_EMPTY = {
     "TASK_VARIABLES": "the variables of a heterogeneous step are Slurm's: slurm.py declares them",

@@ -41,6 +41,12 @@ PREFIXES: tuple[str, ...] = ()
 #: every pod, and PET_* are torchrun's arguments, which slurmenv itself exports.
 TASK_VARIABLES = ("JOB_COMPLETION_INDEX", "VC_TASK_INDEX", "VK_TASK_INDEX")
 FALLBACK = False  # not the single-process default (contract.Launcher)
+#: The variables that hold this task's place in the world when this launcher started it
+#: (Task field, variable): the world guard compares them (slurmenv/worldguard.py).
+WORLD: tuple[tuple[str, str], ...] = (("rank", "RANK"), ("world_size", "WORLD_SIZE"), ("rank", "PET_NODE_RANK"),
+         ("world_size", "PET_NNODES"))
+#: No launcher's variables here describe another process that started this one.
+ENCLOSED_BY: tuple[str, ...] = ()
 #: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
 WHY_EMPTY = {
     "PREFIXES": "every variable read is named in VARIABLES",

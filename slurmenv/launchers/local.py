@@ -17,6 +17,7 @@ WHY_EMPTY = {
     "VARIABLES": "it reads no variable: it is what no launcher variable gives",
     "PREFIXES": "it reads no variable",
     "TASK_VARIABLES": "no launcher starts it: it is the default when none of the others' is set",
+    "WORLD": "a single process: no variable tells its place",
 }
 #: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
 CLAIMS = (
@@ -35,6 +36,11 @@ CLAIMS = (
 #: The single-process fallback: refused when /proc shows a scrubbed Slurm step
 #: (pipeline.resolve, evidence.py); the only launcher that pays for reading /proc.
 FALLBACK = True
+#: The variables that hold this task's place in the world when this launcher started it
+#: (Task field, variable): the world guard compares them (slurmenv/worldguard.py).
+WORLD: tuple[tuple[str, str], ...] = ()
+#: No launcher's variables here describe another process that started this one.
+ENCLOSED_BY: tuple[str, ...] = ()
 
 
 class LocalTopology(Topology):

@@ -41,6 +41,13 @@ TASK_VARIABLES = (
     "LSB_DJOB_HOSTFILE", "LSB_DJOB_RANKFILE",
 )  # fmt: skip
 FALLBACK = False  # not the single-process default (contract.Launcher)
+#: The variables that hold this task's place in the world when this launcher started it
+#: (Task field, variable): the world guard compares them (slurmenv/worldguard.py).
+WORLD: tuple[tuple[str, str], ...] = (("rank", "JSM_NAMESPACE_RANK"), ("world_size", "JSM_NAMESPACE_SIZE"),
+         ("local_rank", "JSM_NAMESPACE_LOCAL_RANK"),
+         ("local_world_size", "JSM_NAMESPACE_LOCAL_SIZE"))
+#: No launcher's variables here describe another process that started this one.
+ENCLOSED_BY: tuple[str, ...] = ()
 #: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
 WHY_EMPTY = {
     "PREFIXES": "every variable read is named in VARIABLES",

@@ -24,13 +24,18 @@ COUNTS = (
     "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK",
     "MV2_COMM_WORLD_LOCAL_SIZE",
 )
-VARIABLES = (*COUNTS, "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_NUM_TASKS",
+VARIABLES = (*COUNTS, "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID", "SLURM_STEP_NUM_TASKS",
              "SLURM_STEP_NUM_NODES", "SLURM_LOCALID")
 PREFIXES: tuple[str, ...] = ()
 #: Set only in a rank mpirun_rsh started; not MV2_* settings (local.py).
 TASK_VARIABLES = COUNTS
 WHO = "MVAPICH2's mpirun_rsh"
 FALLBACK = False  # not the single-process default (contract.Launcher)
+#: The variables that hold this task's place in the world when this launcher started it
+#: (Task field, variable): the world guard compares them (slurmenv/worldguard.py).
+WORLD: tuple[tuple[str, str], ...] = tuple(zip(("rank", "world_size", "local_rank", "local_world_size"), COUNTS))
+#: No launcher's variables here describe another process that started this one.
+ENCLOSED_BY: tuple[str, ...] = ()
 #: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
 WHY_EMPTY = {
     "PREFIXES": "every variable read is named in VARIABLES",

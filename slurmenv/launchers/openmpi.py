@@ -62,10 +62,13 @@ COUNTS = (
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
     "OMPI_COMM_WORLD_LOCAL_SIZE",
 )
+#: Open MPI 5's PMIx server URIs, by PMIx version, newest first (:func:`daemon_vpid`).
+SERVER_URIS = ("PMIX_SERVER_URI41", "PMIX_SERVER_URI4", "PMIX_SERVER_URI3", "PMIX_SERVER_URI21",
+               "PMIX_SERVER_URI2")
 VARIABLES = (
     *COUNTS, "OMPI_COMM_WORLD_NODE_RANK", "OMPI_UNIVERSE_SIZE", "OMPI_MCA_ess_base_jobid",
     "OMPI_MCA_orte_hnp_uri", "OMPI_MCA_orte_local_daemon_uri", "OMPI_MCA_orte_num_nodes",
-    "PMIX_RANK", "PMIX_NAMESPACE", "PMIX_HOSTNAME",
+    "PMIX_RANK", "PMIX_NAMESPACE", "PMIX_HOSTNAME", *SERVER_URIS,
     "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_JOB_NODELIST",
     "SLURM_NODELIST", "SLURMD_NODENAME", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NUM_NODES",
     "SLURM_STEP_NODELIST", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_PROCID",
@@ -79,6 +82,11 @@ TASK_VARIABLES = (*COUNTS, "OMPI_COMM_WORLD_NODE_RANK", "OMPI_UNIVERSE_SIZE",
                   "PMIX_NAMESPACE")
 WHO = "Open MPI's mpirun"
 FALLBACK = False  # not the single-process default (contract.Launcher)
+#: The variables that hold this task's place in the world when this launcher started it
+#: (Task field, variable): the world guard compares them (slurmenv/worldguard.py).
+WORLD: tuple[tuple[str, str], ...] = tuple(zip(("rank", "world_size", "local_rank", "local_world_size"), COUNTS))
+#: No launcher's variables here describe another process that started this one.
+ENCLOSED_BY: tuple[str, ...] = ()
 #: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
 WHY_EMPTY = {
     "PREFIXES": "every variable read is named in VARIABLES",
@@ -242,8 +250,7 @@ def daemon_vpid(environ: Mapping[str, str]) -> int | None:
     absent or malformed."""
     from ..errors import to_int
 
-    for name in ("PMIX_SERVER_URI41", "PMIX_SERVER_URI4", "PMIX_SERVER_URI3", "PMIX_SERVER_URI21",
-                 "PMIX_SERVER_URI2"):
+    for name in SERVER_URIS:
         uri = environ.get(name)
         if uri:
             rank = uri.partition(";")[0].rpartition("@")[2]

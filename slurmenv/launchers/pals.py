@@ -40,6 +40,11 @@ TASK_VARIABLES = ("PALS_RANKID", "PALS_NODEID", "PALS_LOCAL_RANKID", "PALS_LOCAL
                   "PALS_APID", "PALS_APINFO", "PMI_RANK", "PMI_SIZE", "PMI_LOCAL_RANK",
                   "PMI_LOCAL_SIZE")
 FALLBACK = False  # not the single-process default (contract.Launcher)
+#: The variables that hold this task's place in the world when this launcher started it
+#: (Task field, variable): the world guard compares them (slurmenv/worldguard.py).
+WORLD: tuple[tuple[str, str], ...] = (("rank", "PALS_RANKID"),)
+#: No launcher's variables here describe another process that started this one.
+ENCLOSED_BY: tuple[str, ...] = ()
 #: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
 WHY_EMPTY = {
     "PREFIXES": "every variable read is named in VARIABLES",

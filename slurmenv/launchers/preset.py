@@ -13,11 +13,18 @@ REQUIRED = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 #: Every name read; GROUP_WORLD_SIZE is torchrun's name for the node count.
 VARIABLES = REQUIRED + (
     "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "NNODES",
-    "TF_CONFIG", "HOSTNAME",
+    "TF_CONFIG", "HOSTNAME", "SLURMD_NODENAME", "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID",
+    "SLURM_STEPID",
 )
 PREFIXES: tuple[str, ...] = ()
 TASK_VARIABLES: tuple[str, ...] = ()
 FALLBACK = False  # not the single-process default (contract.Launcher)
+#: The variables that hold this task's place in the world when this launcher started it
+#: (Task field, variable): the world guard compares them (slurmenv/worldguard.py).
+WORLD: tuple[tuple[str, str], ...] = (("rank", "RANK"), ("world_size", "WORLD_SIZE"), ("local_rank", "LOCAL_RANK"),
+         ("local_world_size", "LOCAL_WORLD_SIZE"))
+#: No launcher's variables here describe another process that started this one.
+ENCLOSED_BY: tuple[str, ...] = ()
 #: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
 WHY_EMPTY = {
     "PREFIXES": "every variable read is named in VARIABLES",

@@ -27,6 +27,13 @@ VARIABLES = (
 )  # fmt: skip
 PREFIXES = ("SLURM_JOB_NODELIST_HET_GROUP_", "SLURM_JOB_NODELIST_PACK_GROUP_")
 FALLBACK = False  # not the single-process default (contract.Launcher)
+#: The variables that hold this task's place in the world when this launcher started it
+#: (Task field, variable): the world guard compares them (slurmenv/worldguard.py).
+WORLD: tuple[tuple[str, str], ...] = (("rank", "SLURM_PROCID"), ("world_size", "SLURM_STEP_NUM_TASKS"),
+         ("local_rank", "SLURM_LOCALID"), ("node_rank", "SLURM_NODEID"),
+         ("nnodes", "SLURM_STEP_NUM_NODES"))
+#: No launcher's variables here describe another process that started this one.
+ENCLOSED_BY: tuple[str, ...] = ()
 WHY_EMPTY: dict[str, str] = {}  # no field is empty (contract.Launcher)
 #: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
 CLAIMS = (

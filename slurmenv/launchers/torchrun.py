@@ -21,12 +21,20 @@ MARKER = "TORCHELASTIC_RUN_ID"
 VARIABLES = (
     MARKER, "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
     "NODE_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "NNODES", "TF_CONFIG", "HOSTNAME",
+    "SLURMD_NODENAME", "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID", "SLURM_STEPID",
 )  # fmt: skip
 PREFIXES: tuple[str, ...] = ()
 #: Set only in a process torchrun started (local.py refuses the single-process default then).
 TASK_VARIABLES = (MARKER, "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
                   "ROLE_RANK", "ROLE_WORLD_SIZE")
 FALLBACK = False  # not the single-process default (contract.Launcher)
+#: The variables that hold this task's place in the world when this launcher started it
+#: (Task field, variable): the world guard compares them (slurmenv/worldguard.py).
+WORLD: tuple[tuple[str, str], ...] = (("rank", "RANK"), ("world_size", "WORLD_SIZE"), ("local_rank", "LOCAL_RANK"),
+         ("local_world_size", "LOCAL_WORLD_SIZE"))
+#: torchrun numbered its workers itself: the srun task, Flux job, MPI rank or pod it runs in
+#: describes its agent, not the worker (launchers/__init__.py).
+ENCLOSED_BY: tuple[str, ...] = ("flux", "het", "slurm", "lsf", "pals", "openmpi", "hydra", "mvapich", "k8s")
 #: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
 WHY_EMPTY = {
     "PREFIXES": "every variable read is named in VARIABLES",
