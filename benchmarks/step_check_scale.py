@@ -43,8 +43,9 @@ SHORT_SIZES = (200,)
 PER_NODE = 8
 WORKERS = 4
 SOFT_LIMIT = 1024  # the common default: rank 0 raises it
-HEADER = ["tasks", "slurmenv rank 0: process", "gathering (its report)", "peak memory",
-          "torch TCPStore master: all joined", "peak memory (with torch)"]
+HEADER = ["tasks", "slurmenv rank 0: process", "gathering (its report)", "its CPU",
+          "its peak memory", "torch TCPStore: all joined", "its master's CPU meanwhile",
+          "its peak memory"]
 REPORT = re.compile(r"^slurmenv step check: (\d+) of (\d+) ranks reached \S+ in (\d+\.\d) s, "
                     r"all agree$")
 
@@ -141,15 +142,19 @@ def _timed(cmd: list[str], report: Path) -> list[str]:
     gnu_time = shutil.which("time", path="/usr/bin:/bin")
     if gnu_time is None:
         raise RuntimeError("GNU time (/usr/bin/time) is not installed")
-    return [gnu_time, "-f", "%M", "-o", str(report), *cmd]
+    return [gnu_time, "-f", "%M %U %S", "-o", str(report), *cmd]
 
 
 def _peak_mib(report: Path) -> float:
-    return int(report.read_text().split()[-1]) / 1024
+    return int(report.read_text().split()[-3]) / 1024
 
 
-def bench_slurmenv(world: int) -> tuple[float, float, float]:
-    """(rank 0's process seconds, its gathering seconds, its peak MiB)."""
+def _cpu(report: Path) -> float:
+    return sum(float(x) for x in report.read_text().split()[-2:])
+
+
+def bench_slurmenv(world: int) -> tuple[float, float, float, float]:
+    """(rank 0's process seconds, its gathering seconds, its CPU seconds, its peak MiB)."""
     port = free_port()
     workers = _workers(["--worker", str(world), str(port)], min(WORKERS, world - 1))
     code = ("import resource, runpy, sys\n"
@@ -165,71 +170,90 @@ def bench_slurmenv(world: int) -> tuple[float, float, float]:
         elapsed = time.perf_counter() - start
         out, err, status, mib = rank0.stdout, rank0.stderr, rank0.returncode, \
             _peak_mib(Path(tmp, "rss"))
+        cpu = _cpu(Path(tmp, "rss"))
     said = [w.communicate(timeout=300) for w in workers]
     found = REPORT.match(out.splitlines()[0]) if out else None
     if status != 0 or not found or any(w.returncode for w in workers):
         raise WrongAnswer(f"step check of {world}: {out[-2000:]}{err[-2000:]}{said}")
-    return elapsed, float(found.group(3)), mib
+    return elapsed, float(found.group(3)), cpu, mib
 
 
 # -- torch ----------------------------------------------------------------------------------
-TORCH_MASTER = """import datetime, resource, sys, time
+TORCH_MASTER = """import datetime, sys, time
 import torch.distributed as dist
-start = time.perf_counter()
 store = dist.TCPStore("127.0.0.1", {port}, {world}, True, datetime.timedelta(seconds=300),
-                      wait_for_workers=True)
-print(time.perf_counter() - start, flush=True)
+                      wait_for_workers=False)
+print("listening", flush=True)
+sys.stdin.readline()
+start, cpu = time.perf_counter(), time.process_time()
+while store.add("joined", 0) < {world} - 1:
+    time.sleep(0.005)
+print(time.perf_counter() - start, time.process_time() - cpu, flush=True)
 """
-TORCH_WORKER = """import datetime, sys, threading
+TORCH_WORKER = """import datetime, sys
 from concurrent.futures import ThreadPoolExecutor
 import torch.distributed as dist
 first, step = int(sys.argv[1]), int(sys.argv[2])
 print("ready", flush=True)
+sys.stdin.readline()
 def join(_):
-    return dist.TCPStore("127.0.0.1", {port}, {world}, False, datetime.timedelta(seconds=300))
+    store = dist.TCPStore("127.0.0.1", {port}, {world}, False, datetime.timedelta(seconds=300))
+    store.add("joined", 1)
+    return store
 with ThreadPoolExecutor(64) as pool:
     stores = list(pool.map(join, range(first, {world} - 1, step)))
 sys.stdin.read()  # hold every connection until the master is done
 """
 
 
-def bench_torch(world: int) -> tuple[float, float] | None:
-    """(the master's seconds until every worker joined, its peak MiB), None without torch."""
+def _started(proc: subprocess.Popen[str], word: str) -> None:
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != word:
+        raise WrongAnswer(f"a torch process did not start: {proc.communicate()}")
+
+
+def bench_torch(world: int) -> tuple[float, float, float] | None:
+    """(seconds from "go" until every worker joined the master's store and said so, the
+    master's CPU seconds meanwhile, its peak MiB), None without torch."""
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:  # not imported here: see _timed
         return None
     port = free_port()
     count = min(WORKERS, world - 1)
-    workers = [subprocess.Popen([sys.executable, "-c", TORCH_WORKER.format(port=port,
-                                                                          world=world),
-                                 str(i), str(count)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for i in range(count)]
-    for w in workers:
-        assert w.stdout is not None
-        if w.stdout.readline().strip() != "ready":
-            raise WrongAnswer(f"a torch worker did not start: {w.communicate()}")
+    code = {"port": port, "world": world}
+    workers = [subprocess.Popen([sys.executable, "-c", TORCH_WORKER.format(**code), str(i),
+                                 str(count)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for i in range(count)]
     with tempfile.TemporaryDirectory() as tmp:
-        master = subprocess.run(_timed([sys.executable, "-c", TORCH_MASTER.format(
-            port=port, world=world)], Path(tmp, "rss")), capture_output=True, text=True,
-            check=False)
-        out, status, mib = master.stdout, master.returncode, _peak_mib(Path(tmp, "rss"))
+        master = subprocess.Popen(_timed([sys.executable, "-c", TORCH_MASTER.format(**code)],
+                                         Path(tmp, "rss")), stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for w in workers:
+            _started(w, "ready")
+        _started(master, "listening")
+        for proc in (master, *workers):
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        out, err = master.communicate(timeout=600)
+        mib = _peak_mib(Path(tmp, "rss"))
     for w in workers:
         w.communicate(input="", timeout=300)
-    if status != 0 or not out.strip():
-        raise WrongAnswer(f"TCPStore of {world}: exit {status}: {out}")
-    return float(out.split()[0]), mib
+    if master.returncode != 0 or not out.strip():
+        raise WrongAnswer(f"TCPStore of {world}: exit {master.returncode}: {out}{err}")
+    return float(out.split()[0]), float(out.split()[1]), mib
 
 
 def run(short: bool, sizes: Sequence[int] | None = None) -> tuple[list[list[str]], list[str]]:
     rows = []
     for world in sizes or (SHORT_SIZES if short else SIZES):
-        elapsed, gathered, mib = bench_slurmenv(world)
+        elapsed, gathered, cpu, mib = bench_slurmenv(world)
         theirs = bench_torch(world)
-        rows.append([f"{world:,}", f"{elapsed:.2f} s", f"{gathered:.1f} s", f"{mib:.0f} MiB",
-                     f"{theirs[0]:.2f} s" if theirs else "-",
-                     f"{theirs[1]:.0f} MiB" if theirs else "-"])
+        rows.append([f"{world:,}", f"{elapsed:.2f} s", f"{gathered:.1f} s", f"{cpu:.2f} s",
+                     f"{mib:.0f} MiB",
+                     *([f"{theirs[0]:.2f} s", f"{theirs[1]:.2f} s", f"{theirs[2]:.0f} MiB"]
+                       if theirs else ["-", "-", "-"])])
     import resource
 
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
@@ -237,8 +261,13 @@ def run(short: bool, sizes: Sequence[int] | None = None) -> tuple[list[list[str]
               f"{PER_NODE} tasks per node; rank 0 started with a soft open-file limit of "
               f"{SOFT_LIMIT} (hard {hard}) and raised it itself. The other tasks are asyncio "
               f"clients in {WORKERS} processes started first; torch's clients are TCPStore "
-              "objects in threads of as many processes. `process` includes Python's start "
-              "and slurmenv's imports; torch's figure starts after `import torch`.")]
+              "objects in threads of as many processes, each joining then adding 1 to a "
+              "counter the master polls. slurmenv's figures are rank 0's whole process "
+              "(Python's start and imports included: 0.1 s of CPU, 20 MiB), from its start to "
+              "its exit after every task's go; torch's start when the clients are told to join "
+              "(the store already listening) and end when the counter is full; its memory "
+              "includes `import torch`. Every process shares this machine's CPUs, so the wall "
+              "times follow the clients' load; the CPU times are rank 0's own.")]
     return rows, notes
 
 

@@ -46,7 +46,7 @@ def test_a_healthy_step_agrees_and_frees_the_port() -> None:
 
 def test_a_rank_that_never_comes_is_named_with_its_node() -> None:
     port = free_port()
-    results = check_step(step([2, 2], port), timeout=2, skip=(3,))
+    results = check_step(step([2, 2], port), timeout=6, skip=(3,))
     ok, lines = results[0]
     assert not ok
     assert lines[0].startswith(f"slurmenv step check: 3 of 4 ranks reached 127.0.0.1:{port}")
@@ -83,14 +83,14 @@ def test_rank0_listens_on_its_own_port_only() -> None:
     # (two steps with the same ids on one machine met there), so n2 never reaches it
     port, other = free_port(), free_port()
     env = {"SLURMENV_PORT": str(other)}
-    results = check_step(step([2, 2], port, r2=env, r3=env), timeout=2)
+    results = check_step(step([2, 2], port, r2=env, r3=env), timeout=6)
     ok, lines = results[0]
     assert not ok
     assert lines[1] == f"  2 ranks 2-3 (expected on n2) never connected to 127.0.0.1:{port}"
     ok2, (line2,) = results[2]
     assert not ok2
     assert line2.startswith(f"slurmenv step check: rank 2 on n2: could not reach rank 0 at "
-                            f"127.0.0.1:{other} within 2 s")
+                            f"127.0.0.1:{other} within 6 s")
     assert "Connection refused" in line2
 
 

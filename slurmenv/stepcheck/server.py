@@ -165,6 +165,10 @@ class Rank0:
         self.accepting = False
         self.paused = False  # at the open-file limit: accept again once a descriptor is free
         self.conns: dict[socket.socket, _Conn] = {}
+        self.pending: dict[socket.socket, _Conn] = {}  # not yet said who they are, in order
+        self.seen: set[int] = set()  # ranks 1..N-1 that said hello
+        self.acked = 0  # arrivals that acknowledged the verdict
+        self.confirmed = 0  # arrivals that closed after the decision
         self.by_task: dict[str, Arrival] = {}
         self.phase = "gather"
         self.start = time.monotonic()
@@ -202,14 +206,18 @@ class Rank0:
                 return
             if not self.paused:
                 self._accept(len(self.conns) < cap)
-            wake = min([until, *(c.until for c in self.conns.values() if c.arrival is None)])
+            first = next(iter(self.pending.values()), None)  # accepted in order: the earliest
+            wake = min(until, first.until) if first is not None else until
             for key, _ in self.sel.select(max(0.0, wake - now)):
                 if key.data is None:
                     self._on_listener()
                 else:
                     self._on_readable(key.data)
             now = time.monotonic()
-            for conn in [c for c in self.conns.values() if c.arrival is None and now >= c.until]:
+            while self.pending:
+                conn = next(iter(self.pending.values()))
+                if now < conn.until:
+                    break
                 self._refuse(conn, f"said nothing valid within {self.handshake:g} s")
 
     def _on_listener(self) -> None:
@@ -230,6 +238,7 @@ class Rank0:
             sock.setblocking(False)
             conn = _Conn(sock, peer_text(peer), time.monotonic() + self.handshake)
             self.conns[sock] = conn
+            self.pending[sock] = conn
             self.sel.register(sock, selectors.EVENT_READ, conn)
             self.outcome.most_kept = max(self.outcome.most_kept, len(self.conns))
 
@@ -257,6 +266,7 @@ class Rank0:
             self._on_message(conn, payload)
 
     def _close(self, conn: _Conn) -> None:
+        self.pending.pop(conn.sock, None)
         if self.conns.pop(conn.sock, None) is not None:
             self.sel.unregister(conn.sock)
         conn.sock.close()
@@ -271,7 +281,7 @@ class Rank0:
         if arrival.sock is conn.sock:
             arrival.sock = None
             if arrival.told:
-                arrival.confirmed = True  # it had the decision, then closed: all it needs
+                self._confirm(arrival)  # it had the decision, then closed: all it needs
             else:
                 arrival.lost = True
         self._close(conn)
@@ -310,7 +320,7 @@ class Rank0:
         known = self.by_task.get(task) if isinstance(task, str) else None
         if conn.arrival is not None:
             if kind == "ack" and self.phase != "gather":
-                conn.arrival.acked = True
+                self._ack(conn.arrival)
             else:
                 self._gone(conn, f"a {one_line(str(kind)[:20])} message out of turn")
             return
@@ -338,8 +348,11 @@ class Rank0:
                 "or a task started too late)"))
             return
         conn.arrival = arrival
+        self.pending.pop(conn.sock, None)
         self.by_task[arrival.task] = arrival
         self.outcome.arrivals.append(arrival)
+        if 0 < facts["rank"] < self.world:
+            self.seen.add(facts["rank"])
 
     def _foreign(self, conn: _Conn, facts: Mapping[str, Any]) -> None:
         theirs = f"job {one_line(facts.get('job'))} step {one_line(facts.get('step'))}"
@@ -357,24 +370,34 @@ class Rank0:
         if arrival.sock is not None and arrival.sock in self.conns:
             self._close(self.conns[arrival.sock])
         conn.arrival = arrival
+        self.pending.pop(conn.sock, None)
         arrival.sock, arrival.lost, arrival.told = conn.sock, False, False
         rank = int(arrival.facts["rank"])
         if ack and self.phase != "gather":
-            arrival.acked = True
+            self._ack(arrival)
         if self.phase == "acks" and not ack:
             self._send(conn, message("verdict", self.ident, ok=True,
                                      line=self.lines.get(rank, "")))
         elif self.phase == "decided":
             self._decide_one(arrival)
 
+    def _ack(self, arrival: Arrival) -> None:
+        if not arrival.acked:
+            arrival.acked = True
+            self.acked += 1
+
+    def _confirm(self, arrival: Arrival) -> None:
+        if not arrival.confirmed:
+            arrival.confirmed = True
+            self.confirmed += 1
+
     # -- the phases --------------------------------------------------------------------
     def gather(self) -> None:
-        wanted = set(range(1, self.world))
         deadline = self.start + self.timeout
 
         def done() -> bool:
-            ranks = {a.facts["rank"] for a in self.outcome.arrivals}
-            return wanted <= ranks or len(self.outcome.arrivals) >= self.world - 1
+            return len(self.seen) == self.world - 1 or \
+                len(self.outcome.arrivals) >= self.world - 1
 
         self.pump(deadline, done)
         self.outcome.seconds = time.monotonic() - self.start
@@ -398,8 +421,8 @@ class Rank0:
                 self._decide_one(arrival)
         if not ok:
             return
-        self.pump(time.monotonic() + ACK_SECONDS, lambda: bool(self.outcome.abort_why) or all(
-            a.acked for a in self.outcome.arrivals))
+        self.pump(time.monotonic() + ACK_SECONDS, lambda: bool(self.outcome.abort_why) or
+                  self.acked == len(self.outcome.arrivals))
         missing = [a for a in self.outcome.arrivals if not a.acked]
         if missing and not self.outcome.abort_why:
             self.outcome.abort_why.append(
@@ -435,7 +458,7 @@ class Rank0:
         """Until every task closed its end after the decision (or LINGER_SECONDS): the
         tasks close first, so the port keeps no TIME_WAIT on rank 0's side."""
         self.pump(time.monotonic() + LINGER_SECONDS,
-                  lambda: all(a.confirmed for a in self.outcome.arrivals))
+                  lambda: self.confirmed == len(self.outcome.arrivals))
 
     def _stop_listening(self) -> None:
         if self.listener is not None:
