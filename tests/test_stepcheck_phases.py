@@ -298,3 +298,35 @@ def test_the_open_file_limit_is_raised_or_named(soft: int, hard: int, sound: boo
     if not sound:
         assert "  rank 0 reached its open-file limit (40 descriptors, `ulimit -n`; the step " \
             "needs about 124) and held " in out, out
+
+
+SPIN = """import os, resource, socket, sys
+from slurmenv.stepcheck import server
+port = int(sys.argv[1])
+own = {{"world_size": 3, "job": "1", "step": "0", "master_addr": "127.0.0.1",
+        "master_port": port, "launcher": "slurm"}}
+rank0 = server.Rank0(own, timeout=1.0)
+assert rank0.open(port)
+clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]  # in the backlog
+calls = [0]
+select = rank0.sel.select
+def counted(timeout=None):
+    calls[0] += 1
+    return select(timeout)
+rank0.sel.select = counted
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) - 1, hard))
+rank0.gather()
+print(calls[0], rank0.outcome.fd_limit is not None, len(rank0.outcome.arrivals))
+"""
+
+
+def test_at_the_open_file_limit_rank0_waits_instead_of_spinning() -> None:
+    # two tasks wait in the backlog and accept() fails with EMFILE: rank 0 stops watching
+    # its listener (0.3.0 spun on it for the whole timeout), and notes the limit
+    done = subprocess.run([sys.executable, "-c", SPIN.format(), str(free_port())],
+                          env={**synth.clean_env(), "PYTHONPATH": str(ROOT)}, cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, check=True)
+    calls, limited, arrivals = done.stdout.split()
+    assert limited == "True" and arrivals == "0", done.stdout
+    assert int(calls) <= 3, done.stdout  # the first wake-up, then one wait to the deadline
