@@ -22,12 +22,14 @@ from stepcheck_util import (
     free_port,
     hangs_up,
     hello,
+    in_threads,
     read_message,
     run_tasks,
     step,
     task_job,
 )
 
+from slurmenv import resolve, stepcheck
 from slurmenv.stepcheck import protocol, server
 
 MAGIC = protocol.MAGIC
@@ -82,6 +84,52 @@ def test_a_peer_that_does_not_speak_the_protocol_is_refused_never_counted(name: 
     assert lines[1].startswith("  refused 1 connection that did not speak the step check: "
                                "127.0.0.1: ") and why in lines[1], lines
     assert results["extra0"][0] is True  # the real rank 1 started
+
+
+def rank0_with(envs: list[dict[str, str]], peer: Callable[[], Any], timeout: float = 10,
+               handshake: float = 5) -> tuple[bool, list[str], Any, Any]:
+    """Rank 0 of ``envs`` (its whole check, with this handshake) while ``peer`` runs:
+    (its verdict, its report, its outcome, what ``peer`` returned)."""
+    res = resolve(envs[0], ephemeral_range=None, rivals=None)
+    own = facts(envs[0])
+    (ok, lines, outcome), theirs = in_threads([
+        lambda: stepcheck.serve(res, own, timeout, envs[0], handshake), peer])
+    return ok, lines, outcome, theirs
+
+
+def test_a_silent_peer_is_dropped_when_its_place_is_needed() -> None:
+    port = free_port()
+    envs = step([1, 1], port)
+
+    def peer() -> Any:
+        with connect(port) as silent:
+            result = in_threads([task_job(envs[1], 10)], delays=[0.5])[0]
+            return result, hangs_up(silent)
+
+    ok, _, outcome, ((real_ok, _), hung_up) = rank0_with(envs, peer, handshake=0.3)
+    assert ok and real_ok and hung_up
+    assert outcome.refused == ["127.0.0.1: said nothing valid within 0.3 s"]
+
+
+def test_rank0_keeps_at_most_world_size_connections() -> None:
+    port = free_port()
+    envs = step([1, 1, 1], port)
+
+    def peer() -> Any:
+        # ten silent connections against a world of 3, then the two tasks: rank 0 holds 3
+        # at once (the others wait in the kernel's backlog), dropping a silent one past its
+        # handshake each time its place is needed, and every silent one by the verdict
+        held = [connect(port) for _ in range(10)]
+        verdicts = in_threads([task_job(envs[1], 10), task_job(envs[2], 10)])
+        assert all(hangs_up(s) for s in held)
+        for s in held:
+            s.close()
+        return verdicts
+
+    ok, _, outcome, verdicts = rank0_with(envs, peer, timeout=20, handshake=0.3)
+    assert ok and [v[0] for v in verdicts] == [True, True]
+    assert 1 <= outcome.refused_count <= 10  # the last may still be in the backlog at the end
+    assert outcome.most_kept <= 3
 
 
 def test_a_hello_without_every_field_is_a_disagreement_not_agreement() -> None:

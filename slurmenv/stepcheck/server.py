@@ -207,22 +207,31 @@ class Rank0:
             if not self.paused:
                 self._accept(len(self.conns) < cap)
             first = next(iter(self.pending.values()), None)  # accepted in order: the earliest
-            wake = min(until, first.until) if first is not None else until
+            wake = min(until, first.until) if first is not None and self._expiring() else until
             for key, _ in self.sel.select(max(0.0, wake - now)):
                 if key.data is None:
                     self._on_listener()
                 else:
                     self._on_readable(key.data)
-            now = time.monotonic()
-            while self.pending:
-                conn = next(iter(self.pending.values()))
-                if now < conn.until:
-                    break
-                self._refuse(conn, f"said nothing valid within {self.handshake:g} s")
+            self._expire(time.monotonic())
+
+    def _expiring(self) -> bool:
+        """Whether a connection silent past its handshake is dropped now: when its place is
+        needed (rank 0 holds as many as the step has tasks), or after the gathering. A task
+        of a loaded node may take seconds to write its hello once the kernel has accepted its
+        connection: it is not dropped while there is room."""
+        return self.phase != "gather" or len(self.conns) >= max(self.world, 2)
+
+    def _expire(self, now: float, force: bool = False) -> None:
+        while self.pending and (force or self._expiring()):
+            conn = next(iter(self.pending.values()))
+            if now < conn.until:
+                break
+            self._refuse(conn, f"said nothing valid within {self.handshake:g} s")
 
     def _on_listener(self) -> None:
         assert self.listener is not None
-        for _ in range(256):
+        for _ in range(min(256, max(self.world, 2) - len(self.conns))):  # never over the cap
             try:
                 sock, peer = self.listener.accept()
             except BlockingIOError:
@@ -400,6 +409,7 @@ class Rank0:
                 len(self.outcome.arrivals) >= self.world - 1
 
         self.pump(deadline, done)
+        self._expire(time.monotonic(), force=True)  # silent so far: counted in the report
         self.outcome.seconds = time.monotonic() - self.start
 
     def verdict(self, ok: bool, lines: Mapping[int, str]) -> None:
