@@ -245,15 +245,18 @@ def bench_torch(world: int) -> tuple[float, float, float] | None:
     return float(out.split()[0]), float(out.split()[1]), mib
 
 
-def run(short: bool, sizes: Sequence[int] | None = None) -> tuple[list[list[str]], list[str]]:
+def run(short: bool, sizes: Sequence[int] | None = None,
+        torch_sizes: Sequence[int] | None = None) -> tuple[list[list[str]], list[str]]:
+    """The rows (and notes); torch's side for ``torch_sizes`` only (default: every size)."""
     rows = []
     for world in sizes or (SHORT_SIZES if short else SIZES):
         elapsed, gathered, cpu, mib = bench_slurmenv(world)
-        theirs = bench_torch(world)
+        theirs = bench_torch(world) if torch_sizes is None or world in torch_sizes else None
         rows.append([f"{world:,}", f"{elapsed:.2f} s", f"{gathered:.1f} s", f"{cpu:.2f} s",
                      f"{mib:.0f} MiB",
                      *([f"{theirs[0]:.2f} s", f"{theirs[1]:.2f} s", f"{theirs[2]:.0f} MiB"]
                        if theirs else ["-", "-", "-"])])
+        print("  " + " | ".join(rows[-1]), file=sys.stderr, flush=True)  # progress
     import resource
 
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
@@ -279,9 +282,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--short", action="store_true", help="200 tasks only")
     parser.add_argument("--sizes", help="comma-separated task counts")
+    parser.add_argument("--torch-sizes", help="the sizes torch's side runs at (default: all)")
     parsed = parser.parse_args(args)
     sizes = [int(s) for s in parsed.sizes.split(",")] if parsed.sizes else None
-    rows, notes = run(parsed.short, sizes)
+    torch_sizes = [int(s) for s in parsed.torch_sizes.split(",")] if parsed.torch_sizes \
+        else None
+    rows, notes = run(parsed.short, sizes, torch_sizes)
     print("## The step check at scale, beside torch's TCPStore\n")
     print(table(HEADER, rows))
     for note in notes:
