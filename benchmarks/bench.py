@@ -25,6 +25,8 @@ benchmarks gives the context. The parts:
 * ``rival_look.py``: rank 0 of an ``mpirun`` looking for rival launches;
 * ``step_check.py``: ``srun slurmenv exec --preflight`` against the number of ranks, on the tests'
   real Slurm cluster (short run: a tiny step on loopback);
+* ``step_check_scale.py``: the step check at 1,000, 4,000 and 10,000 tasks on loopback, beside
+  torch's ``TCPStore`` (short run: 200 tasks);
 * ``hostile.py``: hostile input (128 KiB values) against the largest valid 1,000-node step;
 * ``page.py``: docs/performance.md.
 """
@@ -47,6 +49,7 @@ import rival_look
 import scale
 import startup
 import step_check
+import step_check_scale
 from harness import CPU, FAULTS, met, ms, table, times_x
 from install import FreshVenv, Setup, VenvProblem
 
@@ -193,6 +196,11 @@ def report(short: bool, tmp: Path, rounds: int) -> None:
     rows, step_notes = step_check.run(short)
     print("\n## The step check against the number of ranks (`srun slurmenv exec --preflight`)\n")
     print(table(step_check.HEADER, rows))
+    for note in step_notes:
+        print(f"\n{note}")
+    rows, step_notes = step_check_scale.run(short)
+    print("\n## The step check at 1,000 to 10,000 tasks, beside torch's TCPStore\n")
+    print(table(step_check_scale.HEADER, rows))
     for note in step_notes:
         print(f"\n{note}")
 

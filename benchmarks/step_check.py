@@ -11,6 +11,9 @@ moment the last rank said who it is, start-up skew of the tasks included).
 Short run (CI): a step of 2 processes on this machine (loopback, synthetic Slurm
 environments), rank 0's figure only; fails on a wrong answer, never on a slow one.
 
+Then step_check_scale.py: 1,000, 4,000 and 10,000 tasks on this machine beside torch's
+``TCPStore`` (short run: 200).
+
     python benchmarks/step_check.py [--short] [--rounds N]
 """
 
@@ -27,6 +30,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import step_check_scale
 from harness import WrongAnswer, table, with_spread
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -162,6 +166,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows, notes = run(args.short, args.rounds)
     print("## The step check against the number of ranks\n")
     print(table(HEADER, rows))
+    for note in notes:
+        print(f"\n{note}")
+    rows, notes = step_check_scale.run(args.short)
+    print("\n## The step check at scale, beside torch's TCPStore\n")
+    print(table(step_check_scale.HEADER, rows))
     for note in notes:
         print(f"\n{note}")
     print(f"\n({time.perf_counter() - started:.1f} s)")

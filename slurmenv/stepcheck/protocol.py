@@ -1,0 +1,144 @@
+"""The step check's wire format: messages, the step's identity, and the schema of a task's facts.
+
+Every message is the line ``slurmenv-stepcheck 2`` and one JSON object on one line, at most
+:data:`MAX_MESSAGE` bytes, with a ``kind`` and the step's identity ``id`` (job, step, world
+size, master address and port: :data:`ID_FIELDS`). The kinds, in the order of a session::
+
+    task -> rank 0   hello    id, task (a nonce), facts          "here I am, this is my world"
+    rank 0 -> task   verdict  id, ok, line                       phase 1: what rank 0 found
+    task -> rank 0   ack      id, task                           "I know the verdict"
+    rank 0 -> task   go | abort  id, line                        phase 2: start, or do not
+    task -> rank 0   outcome  id, task   (on a new connection)   "my link broke: what was it?"
+    rank 0 -> task   late | other-step  id, line                 not counted (see server.py)
+
+A field that is missing, null or of another type makes the message malformed: never a value
+that "agrees" (:func:`problems_of`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import printable
+
+MAGIC = b"slurmenv-stepcheck 2\n"
+MAX_MESSAGE = 16384  # bytes of one message (magic line + JSON line)
+STRING_CAP = 400  # characters of any string a task sends
+
+#: The step's identity, in every message.
+ID_FIELDS = ("job", "step", "world_size", "master_addr", "master_port")
+
+UNKNOWN = "unknown"  # a count the task's launcher does not give (never null)
+
+#: Every field of a task's facts (identity included) and the types it may take: all required.
+FIELDS: dict[str, tuple[type, ...]] = {
+    "rank": (int,), "world_size": (int,), "node": (str,), "hostname": (str,),
+    "node_rank": (int, str), "nnodes": (int, str), "master_addr": (str,),
+    "master_port": (int,), "tf_digest": (str,), "launcher": (str,), "job": (str,),
+    "step": (str,), "version": (str,), "options": (dict,), "sources": (dict,), "via": (str,),
+}
+KINDS = ("hello", "verdict", "ack", "go", "abort", "outcome", "late", "other-step")
+
+
+class ProtocolError(Exception):
+    """A peer that does not speak the step check's protocol."""
+
+
+def one_line(text: object) -> str:
+    """Text from a peer for a report line: control characters, newlines included, written as
+    escapes (a node name with a newline must not add a line that reads like another)."""
+    shown = printable(str(text))
+    return shown.replace("\n", "\\n").replace("\t", "\\t")
+
+
+def encode(payload: Mapping[str, Any]) -> bytes:
+    data = MAGIC + json.dumps(payload, separators=(",", ":")).encode() + b"\n"
+    if len(data) > MAX_MESSAGE:
+        raise ProtocolError(f"message of {len(data)} bytes exceeds {MAX_MESSAGE}")
+    return data
+
+
+def decode(buffer: bytes) -> dict[str, Any] | None:
+    """The one message in ``buffer``, None while incomplete; ProtocolError when it is not one."""
+    message, rest = split(buffer)
+    if message is not None and rest:
+        raise ProtocolError("more than one message")
+    return message
+
+
+def split(buffer: bytes) -> tuple[dict[str, Any] | None, bytes]:
+    """The first message of ``buffer`` and what follows it (None, buffer while incomplete)."""
+    head = buffer[:len(MAGIC)]
+    if not MAGIC.startswith(head):
+        raise ProtocolError("does not speak the slurmenv step check 2 (wrong first line)")
+    end = buffer.find(b"\n", len(MAGIC))
+    if end < 0:
+        if len(buffer) > MAX_MESSAGE:
+            raise ProtocolError(f"more than {MAX_MESSAGE} bytes")
+        return None, buffer
+    if end + 1 > MAX_MESSAGE:
+        raise ProtocolError(f"more than {MAX_MESSAGE} bytes")
+    try:
+        payload = json.loads(buffer[len(MAGIC):end])
+    except (ValueError, RecursionError) as exc:
+        raise ProtocolError(f"not JSON ({str(exc)[:80]})") from None
+    if not isinstance(payload, dict):
+        raise ProtocolError("not a JSON object")
+    return payload, buffer[end + 1:]
+
+
+def message(kind: str, ident: Mapping[str, Any], **fields: Any) -> dict[str, Any]:
+    assert kind in KINDS
+    return {"kind": kind, "id": dict(ident), **fields}
+
+
+def identity(facts: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: facts.get(key) for key in ID_FIELDS}
+
+
+def _typed(value: object, types: tuple[type, ...]) -> bool:
+    if isinstance(value, bool):  # JSON true is no count
+        return bool in types
+    if isinstance(value, str) and int in types and str in types:
+        return value == UNKNOWN
+    return isinstance(value, types)
+
+
+def problems_of(payload: Mapping[str, Any]) -> list[str]:
+    """The fields of a hello's facts (its ``id`` and ``facts`` together) that are missing, null
+    or of another type: any of them makes the message untrusted."""
+    out = []
+    for key, types in FIELDS.items():
+        if key not in payload:
+            out.append(f"no {key}")
+        elif payload[key] is None:
+            out.append(f"{key} null")
+        elif not _typed(payload[key], types):
+            out.append(f"{key} not a {'/'.join(t.__name__ for t in types)}")
+    for key in ("options", "sources"):
+        value = payload.get(key)
+        if isinstance(value, dict) and not all(isinstance(v, str) for v in value.values()):
+            out.append(f"{key} not text")
+    return out
+
+
+def valid_rank(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 31
+
+
+def hello_facts(payload: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """A hello's facts (id and facts merged) and why it cannot be counted at all (no rank, not
+    a hello): (facts, None) when its rank is usable, even if other fields are wrong."""
+    if payload.get("kind") != "hello":
+        return None, f"a {one_line(str(payload.get('kind'))[:20])} message before any hello"
+    ident, facts = payload.get("id"), payload.get("facts")
+    if not isinstance(ident, dict) or not isinstance(facts, dict):
+        return None, "a hello without id or facts"
+    merged = {**facts, **{k: ident.get(k) for k in ID_FIELDS}}
+    if not valid_rank(merged.get("rank")):
+        return None, "no rank in its message"
+    if not isinstance(payload.get("task"), str):
+        return None, "a hello without its task nonce"
+    return merged, None
