@@ -73,16 +73,9 @@ def print_error(exc: SlurmEnvError) -> None:
 
 def step_timeout(environ: Mapping[str, str], given: str | None) -> float:
     """The step check's timeout: ``--step-timeout`` (``given``), else ``SLURMENV_STEP_TIMEOUT``,
-    else the default, each read as every number slurmenv reads is (``errors.parse_int``:
-    ASCII digits, no sign, blank, separator, exponent or leading zero), then by the step
-    check's own range (``stepcheck.timeout_from``)."""
+    else the default (``stepcheck.timeout_from``, which reads it by the one number rule)."""
     from . import stepcheck
-    from .errors import parse_int
 
-    name, text = ("--step-timeout", given) if given is not None else \
-        (stepcheck.TIMEOUT_VARIABLE, environ.get(stepcheck.TIMEOUT_VARIABLE, ""))
-    if given is not None or text.strip():
-        parse_int(name, text, minimum=1, fix=stepcheck.TIMEOUT_FIX)
     return stepcheck.timeout_from(environ, given)
 
 

@@ -158,8 +158,15 @@ def test_a_timeout_that_is_not_seconds_is_refused_naming_it(text: str) -> None:
 
 def test_the_timeout_defaults_to_thirty_seconds() -> None:
     assert stepcheck.timeout_from({}) == 30.0
-    assert stepcheck.timeout_from({stepcheck.TIMEOUT_VARIABLE: " 5 "}) == 5.0
-    assert stepcheck.timeout_from({stepcheck.TIMEOUT_VARIABLE: "5"}, "7.5") == 7.5
+    assert stepcheck.timeout_from({stepcheck.TIMEOUT_VARIABLE: "5"}) == 5.0
+    assert stepcheck.timeout_from({stepcheck.TIMEOUT_VARIABLE: "5"}, "7") == 7.0
+
+
+@pytest.mark.parametrize("text", [" 5 ", "7.5", "05", "+5", "1e1", "1_0", "\u0661\u0660"])
+def test_the_timeout_follows_the_one_number_rule(text: str) -> None:
+    # the step check's own parser, not only the command line's: one rule for every number
+    with pytest.raises(SlurmEnvError):
+        stepcheck.parse_timeout(text)
 
 
 # -- the commands -------------------------------------------------------------------------

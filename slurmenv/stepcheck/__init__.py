@@ -46,15 +46,16 @@ def __getattr__(name: str) -> Any:
 
 
 def parse_timeout(text: str, variable: str = TIMEOUT_VARIABLE) -> float:
-    """Seconds of the step check: a number from 1 to 3600; SlurmEnvError naming ``variable``."""
-    try:
-        value = float(text.strip())
-    except ValueError:
-        value = -1.0
-    if not 1.0 <= value <= 3600.0:  # also NaN
+    """Seconds of the step check: whole seconds from 1 to 3600, read as every number slurmenv
+    reads is (``errors.parse_int``: ASCII digits, no sign, blank, separator, exponent or
+    leading zero); SlurmEnvError naming ``variable``."""
+    from ..errors import parse_int
+
+    value = parse_int(variable, text, minimum=1, fix=TIMEOUT_FIX)
+    if value > 3600:
         raise SlurmEnvError("the step check's timeout must be seconds from 1 to 3600",
                             variable=variable, value=text, fix=TIMEOUT_FIX)
-    return value
+    return float(value)
 
 
 def timeout_from(environ: Mapping[str, str], given: str | None = None) -> float:
