@@ -61,6 +61,12 @@ def _api_signatures() -> str:
                      for name in API)
 
 
+def _releases() -> str:
+    import slurm_releases
+
+    return slurm_releases.markdown()
+
+
 #: block name -> (what renders it, where its source of truth is declared)
 BLOCKS: dict[str, tuple[Callable[[], str], str]] = {
     "launchers": (_launchers("launchers"), "the CLAIMS of slurmenv/launchers/*.py"),
@@ -69,6 +75,7 @@ BLOCKS: dict[str, tuple[Callable[[], str], str]] = {
     "beyond-slurm": (_launchers("beyond_slurm"), "the CLAIMS of slurmenv/launchers/*.py"),
     "doctor-checks": (_doctor_checks, "the @check registrations of slurmenv/doctor/checks_*.py"),
     "api-signatures": (_api_signatures, "the signatures of slurmenv's public functions"),
+    "releases": (_releases, "the FEATURES of tests/test_real_*.py"),
 }
 
 

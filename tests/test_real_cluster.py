@@ -55,6 +55,31 @@ from slurmenv import ports
 
 pytestmark = pytest.mark.slurm
 
+#: what these tests prove, on which Slurm releases (tests/slurm_releases.py, docs/releases.md)
+FEATURES = {
+    "every layout (block, cyclic, plane, uneven counts): each task's rank, MASTER_ADDR and "
+    "TF_CONFIG where Slurm ran it": ("every", ["test_all_tasks_agree_and_layout_is_real"]),
+    "`-m arbitrary` with `SLURM_HOSTFILE`": ("every", [
+        "test_arbitrary_layout_follows_the_host_file"]),
+    "heterogeneous steps and jobs": ("every", [
+        "test_heterogeneous_batch_job", "test_heterogeneous_step_distribution_is_not_the_components",
+        "test_heterogeneous_step_unknown_layout"]),
+    "torch meets through `eval $(slurmenv export)`, in two concurrent steps of one job on "
+    "distinct ports": ("every", ["test_concurrent_steps_get_distinct_ports"]),
+    "torch meets, every layout and a heterogeneous step": ("debian", [
+        "test_torch_all_reduce", "test_heterogeneous_step_torch"]),
+    "TensorFlow meets through `TF_CONFIG`": ("every", [
+        "test_tensorflow_multi_worker[two-per-node]"]),
+    "TensorFlow meets, an uneven cyclic layout": ("debian", ["test_tensorflow_multi_worker"]),
+    "the batch script: refused outside a step, the documented form works": ("every", [
+        "test_batch_script_is_refused", "test_batch_script_documented_form_works"]),
+    "the interactive step of `salloc`": ("every", ["test_interactive_step_is_a_single_process"]),
+    "`slurmenv exec` and the `bin/` shims": ("debian", [
+        "test_exec_runs_torch", "test_bin_shims_run_torch"]),
+    "fake GPUs: Slurm's device lists left alone": ("debian", [
+        "test_gpus_untouched_without_binding"]),
+}
+
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = ROOT / "tests" / "programs"
 CHECK_TORCH = PROGRAMS / "check_torch.py"

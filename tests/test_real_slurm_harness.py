@@ -74,6 +74,17 @@ from slurm_harness import SlurmCluster, SrunResult, _netns_list
 
 pytestmark = pytest.mark.slurm
 
+#: what these tests prove, on which Slurm releases (tests/slurm_releases.py, docs/releases.md)
+FEATURES = {
+    "what Slurm tells tasks: layouts, the batch script, steps, reserved ports, heterogeneous "
+    "steps": ("every", [
+        "test_layout", "test_hostname_is_node_name_and_resolves", "test_batch_script_outside_srun",
+        "test_two_steps_in_one_job", "test_resv_ports", "test_concurrent_steps_get_distinct_ports",
+        "test_heterogeneous_step", "test_stop_leaves_nothing"]),
+    "what Slurm tells tasks: fake GPUs (gres)": ("debian+newest", [
+        "test_gres_gpu_all_tasks_see_step_gpus", "test_gpus_per_task"]),
+}
+
 NODES = ("r1n09", "r1n10", "r2n09", "r2n10")
 ALL = "r1n[09-10],r2n[09-10]"
 SHOW_ENV = ["sh", "-c", "echo HOSTNAME=$(hostname); env"]
@@ -276,7 +287,7 @@ def test_gpus_per_task(
 def test_stop_leaves_nothing(slurm_cluster: SlurmCluster) -> None:
     """A second cluster beside the session one starts over a leftover namespace of
     a 'crashed' run with the same name; after stop nothing of it remains."""
-    cluster = SlurmCluster(nodes=["x1"])
+    cluster = SlurmCluster(nodes=["x1"], release=slurm_cluster.release)
     subprocess.run(["ip", "netns", "add", cluster.ctl_ns], check=True)
     with cluster:
         res = ok(cluster.srun(["-n2"], ["hostname"]))
