@@ -1,8 +1,9 @@
 """slurmenv on a real 4-node Slurm cluster, through the user's own command lines.
 
 The cluster (``tests/slurm_harness.py``: nodes r1n09 r1n10 r2n09 r2n10, each in a network
-namespace of its own, Slurm 22.05, ``MpiParams=ports=12000-12999``) is started once per
-session. Each test runs what a user would write in a batch script, such as
+namespace of its own, ``MpiParams=ports=12000-12999``) is started once per session and Slurm
+release: Debian's 22.05, and for the tests ``FEATURES`` declares so, every release built from
+source (tests/slurm_releases.py). Each test runs what a user would write in a batch script, such as
 ``srun … bash -c 'eval $(slurmenv export); exec python check.py'``, and checks the result
 from outside. Frameworks run only where they are what is proven:
 

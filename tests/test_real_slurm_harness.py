@@ -1,4 +1,5 @@
-"""What real Slurm (Debian 22.05.8) tells tasks, checked on a real 4-node cluster.
+"""What real Slurm tells tasks, checked on a real 4-node cluster: Debian's 22.05.8, and every
+release built from source (tests/slurm_releases.py): the same values unless said otherwise.
 
 Plain srun/sbatch, no slurmenv.  Cluster: nodes r1n09 r1n10 r2n09 r2n10 (addresses
 10.213.0.2-5), 8 CPUs each, CR_Core, OverSubscribe=YES, MpiParams=ports=12000-12999.
@@ -37,7 +38,8 @@ only reorder ranks inside it; -m plane=3 overrides --ntasks-per-node=2 (3,2,2,1)
 Nothing but SLURM_GTIDS/LOCALID/NODEID tells a task the layout: derive it from them.
 
 Batch script outside srun (sbatch -N4 -n8): runs on r1n09, no SLURM_STEP_ID and no
-SLURM_STEP_* at all, SLURM_PROCID=0, SLURM_NTASKS=8, SLURM_TASKS_PER_NODE=5,1(x3),
+SLURM_STEP_* at all (26.05: SLURM_STEP_ID=SLURM_STEPID=-5, SLURM_BATCH_SCRIPT printed
+signed, and no other SLURM_STEP_*), SLURM_PROCID=0, SLURM_NTASKS=8, SLURM_TASKS_PER_NODE=5,1(x3),
 SLURM_JOB_NODELIST=r1n[09-10],r2n[09-10].  Two ``srun --overlap`` in one job: same
 SLURM_JOB_ID, SLURM_STEP_ID 0 then 1 (concurrent ones: 0 and 1, in start order).
 
@@ -70,7 +72,7 @@ import re
 import subprocess
 
 import pytest
-from slurm_harness import SlurmCluster, SrunResult, _netns_list
+from slurm_harness import SlurmCluster, SrunResult, _netns_list, release_version
 
 pytestmark = pytest.mark.slurm
 
@@ -184,8 +186,13 @@ def test_batch_script_outside_srun(slurm_cluster: SlurmCluster) -> None:
     res = slurm_cluster.sbatch("#!/bin/sh\nenv\n", ["-N4", "-n8"])
     assert res.returncode == 0, res.stderr
     env = dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
-    assert "SLURM_STEP_ID" not in env
-    assert [k for k in env if k.startswith("SLURM_STEP_")] == []
+    if release_version(slurm_cluster.release) >= (26, 5):
+        # 26.05: SLURM_BATCH_SCRIPT (0xfffffffb) printed signed, in both spellings
+        assert (env["SLURM_STEP_ID"], env["SLURM_STEPID"]) == ("-5", "-5")
+        assert [k for k in env if k.startswith("SLURM_STEP_")] == ["SLURM_STEP_ID"]
+    else:  # 22.05 to 25.11: neither is set
+        assert "SLURM_STEP_ID" not in env and "SLURM_STEPID" not in env
+        assert [k for k in env if k.startswith("SLURM_STEP_")] == []
     assert env["SLURM_PROCID"] == "0"
     assert env["SLURM_NTASKS"] == "8"
     assert env["SLURM_TASKS_PER_NODE"] == "5,1(x3)"
