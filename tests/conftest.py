@@ -130,6 +130,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if any(name in uses for name in CLUSTER_FIXTURES):
             item.add_marker(pytest.mark.slurm)
         (kept if _runs_here(item, chosen) else dropped).append(item)
+        version = _release_of(item)
+        if version is not None:  # a slurmenv bug this release reveals: xfail(strict=True)
+            slurm_releases.xfail_known(item, item.path.name, getattr(item, "originalname",
+                                                                     item.name), version)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
@@ -175,7 +179,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.nodeid not in _REAL:
         return
     counts = _OUTCOMES.setdefault(_REAL[report.nodeid], Counter())
-    if report.skipped or any(name == SKIPPED_IN_CI for name, _ in report.user_properties):
+    if report.skipped and hasattr(report, "wasxfail"):
+        counts["xfailed"] += 1  # a known failure (xfail, strict): it ran, and failed as known
+    elif report.skipped or any(name == SKIPPED_IN_CI for name, _ in report.user_properties):
         counts["skipped"] += 1
     elif report.failed:
         counts["failed" if report.when == "call" else "errors"] += 1
@@ -184,9 +190,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def _counts(counts: Counter[str], selected: int, what: str = "real-cluster tests") -> str:
-    ran = counts["passed"] + counts["failed"]
+    ran = counts["passed"] + counts["failed"] + counts["xfailed"]
+    known = f", {counts['xfailed']} known failures (xfail)" if counts["xfailed"] else ""
     return (f"{ran} of {selected} selected {what} ran ({counts['passed']} passed, "
-            f"{counts['failed']} failed), {counts['skipped']} skipped"
+            f"{counts['failed']} failed{known}), {counts['skipped']} skipped"
             f"{' (each a failure: ' + REQUIRE_VAR + '=1)' if required() else ''}, "
             f"{counts['errors']} errors in setup/teardown")
 

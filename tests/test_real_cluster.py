@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slurm_harness import BatchResult, SlurmCluster, SrunResult, parse_labels
+from slurm_harness import BatchResult, SlurmCluster, SrunResult, parse_labels, release_version
 
 from slurmenv import ports
 
@@ -498,8 +498,9 @@ def test_gpus_untouched_without_binding(
 # -- the interactive step --------------------------------------------------------------------
 def test_interactive_step_is_a_single_process(slurm_cluster: SlurmCluster) -> None:
     """salloc with LaunchParameters=use_interactive_step opens a shell in step 4294967290 on
-    the first node (one task, even for -N2 -n4): slurmenv gives it a single-process
-    environment instead of refusing or pretending to be rank 0 of 4."""
+    the first node (one task, even for -N2 -n4; 26.05 prints the id signed: -6): slurmenv gives
+    it a single-process environment instead of refusing or pretending to be rank 0 of 4."""
+    step = "-6" if release_version(slurm_cluster.release) >= (26, 5) else "4294967290"
     typed = (
         "echo STEP=$SLURM_STEP_ID; slurmenv export --for torch > /dev/null; echo RC=$?; "
         "slurmenv export --format json --for torch | tr -d '\\n '; echo; exit\n"
@@ -509,7 +510,8 @@ def test_interactive_step_is_a_single_process(slurm_cluster: SlurmCluster) -> No
         env={**ENV, "SHELL": "/bin/bash"}, input=typed, timeout=TIMEOUT,
     )
     out = res.stdout.replace("\r", "")
-    assert "STEP=4294967290" in out and "RC=0" in out, out + res.stderr
+    assert f"STEP={step}\n" in out, out + res.stderr
+    assert "RC=0" in out, out + res.stderr
     line = next(part for part in out.split("\n") if part.startswith('{"RANK"'))
     values = json.loads(line)
     assert (values["RANK"], values["WORLD_SIZE"], values["MASTER_ADDR"]) == ("0", "1", "127.0.0.1")

@@ -34,7 +34,8 @@ layout (srun args)            TASKS_PER_NODE  DISTRIBUTION   rank: node index/LO
 
 So: without -m, SLURM_DISTRIBUTION is unset (even with --ntasks-per-node); the
 allocation srun makes for -N4 -n8 is 5,1,1,1 whatever -m says, and -m plane/cyclic
-only reorder ranks inside it; -m plane=3 overrides --ntasks-per-node=2 (3,2,2,1).
+only reorder ranks inside it; -m plane=3 overrides --ntasks-per-node=2 (3,2,2,1; not on 26.05:
+2,2,2,2, see CHANGED).
 Nothing but SLURM_GTIDS/LOCALID/NODEID tells a task the layout: derive it from them.
 
 Batch script outside srun (sbatch -N4 -n8): runs on r1n09, no SLURM_STEP_ID and no
@@ -80,7 +81,8 @@ pytestmark = pytest.mark.slurm
 FEATURES = {
     "what Slurm tells tasks: layouts, the batch script, steps, reserved ports, heterogeneous "
     "steps": ("every", [
-        "test_layout", "test_hostname_is_node_name_and_resolves", "test_batch_script_outside_srun",
+        "test_layout", "test_commands_and_tasks_run_the_clusters_release",
+        "test_hostname_is_node_name_and_resolves", "test_batch_script_outside_srun",
         "test_two_steps_in_one_job", "test_resv_ports", "test_concurrent_steps_get_distinct_ports",
         "test_heterogeneous_step", "test_stop_leaves_nothing"]),
     "what Slurm tells tasks: fake GPUs (gres)": ("debian+newest", [
@@ -118,7 +120,7 @@ LAYOUTS = {
         ["-N3", "-n5"],
         [0, 0, 0, 1, 2], [0, 1, 2, 0, 0], "r1n[09-10],r2n09", "3,1(x2)", None,
     ),
-    "N4-npn2-plane3": (  # plane wins over --ntasks-per-node: 3,2,2,1 not 2,2,2,2
+    "N4-npn2-plane3": (  # 22.05: plane wins over --ntasks-per-node: 3,2,2,1 (CHANGED: later)
         ["-N4", "--ntasks-per-node=2", "-m", "plane=3"],
         [0, 0, 0, 1, 1, 2, 2, 3], [0, 1, 2, 0, 1, 0, 1, 0], ALL, "3,2(x2),1", "plane",
     ),
@@ -143,9 +145,27 @@ def ok(res: SrunResult) -> SrunResult:
     return res
 
 
+#: what a later release lays out otherwise: (since, layout as in LAYOUTS)
+CHANGED = {
+    # --ntasks-per-node wins over the plane size: 2,2,2,2, ranks 0,1 on the first node
+    # (observed on 26.05.3; 22.05 grows the first node to 3)
+    "N4-npn2-plane3": ((23, 11), (
+        ["-N4", "--ntasks-per-node=2", "-m", "plane=3"],
+        [0, 0, 1, 1, 2, 2, 3, 3], [0, 1, 0, 1, 0, 1, 0, 1], ALL, "2(x4)", "plane",
+    )),
+}  # fmt: skip
+
+
+def layout_on(release: str | None, name: str) -> tuple[list[str], list[int], list[int], str, str,
+                                                       str | None]:
+    """LAYOUTS[name] as ``release`` lays it out."""
+    since, changed = CHANGED.get(name, ((99,), LAYOUTS[name]))
+    return changed if release_version(release) >= since else LAYOUTS[name]
+
+
 @pytest.mark.parametrize("name", LAYOUTS)
 def test_layout(slurm_cluster: SlurmCluster, name: str) -> None:
-    args, node_of, local_of, nodelist, tpn, dist = LAYOUTS[name]
+    args, node_of, local_of, nodelist, tpn, dist = layout_on(slurm_cluster.release, name)
     env = ok(slurm_cluster.srun(args, SHOW_ENV)).per_task_env()
     assert sorted(env) == list(range(len(node_of)))
     for rank, e in env.items():
@@ -165,6 +185,17 @@ def test_layout(slurm_cluster: SlurmCluster, name: str) -> None:
     if dist == "plane":
         plane = args[-1].removeprefix("plane=")
         assert {e["SLURM_DIST_PLANESIZE"] for e in env.values()} == {plane}
+
+
+def test_commands_and_tasks_run_the_clusters_release(slurm_cluster: SlurmCluster) -> None:
+    """srun, and srun inside a task, are the cluster's release, also where the caller passes a
+    PATH of its own (a 22.05 client cannot talk to a 26.05 controller)."""
+    version = slurm_cluster.release or "22.05.8"
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    outer = slurm_cluster.run(["srun", "--version"], env=env)
+    inner = ok(slurm_cluster.srun(["-N1", "-n1"], ["srun", "--version"], env=env))
+    assert outer.stdout.split()[-1:] == [version], outer.stdout + outer.stderr
+    assert inner.per_task_first[0].split()[-1] == version, inner.stdout
 
 
 def test_hostname_is_node_name_and_resolves(slurm_cluster: SlurmCluster) -> None:
