@@ -142,7 +142,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_collection_finish(session: pytest.Session) -> None:
     for item in session.items:
         if item.get_closest_marker("slurm"):
-            _REAL[item.nodeid] = _release_of(item) or NO_RELEASE
+            _REAL[item.nodeid] = _release_of(item) or _declared_release(item) or NO_RELEASE
+
+
+def _declared_release(item: pytest.Item) -> str | None:
+    """The one release FEATURES names for a real-cluster test that starts its own cluster (no
+    slurm_release fixture): its count goes there."""
+    function = getattr(item, "originalname", item.name)
+    declared = _declared(getattr(item, "module", None))
+    named = [f for f in declared if any(slurm_releases.split_case(t)[0] == function
+                                        for t in f.tests)]
+    found = {v for f in named for v in slurm_releases.releases(f.spec)}
+    return found.pop() if len(found) == 1 else None
 
 
 def _must_not_skip(report: pytest.TestReport | pytest.CollectReport) -> None:

@@ -19,7 +19,11 @@ named bare (all its cases) or with one case's id (``name[id]``, the id without t
 tests/conftest.py runs each test that takes the ``slurm_release`` fixture (every cluster
 fixture does) on exactly the releases its entries name, Debian's only when none does; the
 release × feature table of docs/releases.md is rendered from the same declarations (read with
-``ast``, nothing imported), so it lists what the suite runs.
+``ast``, nothing imported), so it lists what the suite runs. A module whose fixtures start
+clusters of their own (a topology, say) takes ``slurm_release`` in them too
+(``SlurmCluster(release=slurm_release, topology=...)``) and declares its tests with that
+release (``("26.05.3", [...])``); without the fixture, a test declared for one release is still
+counted under it.
 """
 
 from __future__ import annotations
