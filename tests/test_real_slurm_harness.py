@@ -34,7 +34,7 @@ layout (srun args)            TASKS_PER_NODE  DISTRIBUTION   rank: node index/LO
 
 So: without -m, SLURM_DISTRIBUTION is unset (even with --ntasks-per-node); the
 allocation srun makes for -N4 -n8 is 5,1,1,1 whatever -m says, and -m plane/cyclic
-only reorder ranks inside it; -m plane=3 overrides --ntasks-per-node=2 (3,2,2,1; not on 26.05:
+only reorder ranks inside it; -m plane=3 overrides --ntasks-per-node=2 (3,2,2,1; not from 23.11:
 2,2,2,2, see CHANGED).
 Nothing but SLURM_GTIDS/LOCALID/NODEID tells a task the layout: derive it from them.
 
@@ -148,7 +148,7 @@ def ok(res: SrunResult) -> SrunResult:
 #: what a later release lays out otherwise: (since, layout as in LAYOUTS)
 CHANGED = {
     # --ntasks-per-node wins over the plane size: 2,2,2,2, ranks 0,1 on the first node
-    # (observed on 26.05.3; 22.05 grows the first node to 3)
+    # (observed on 23.11.11 and 26.05.3; 22.05 grows the first node to 3)
     "N4-npn2-plane3": ((23, 11), (
         ["-N4", "--ntasks-per-node=2", "-m", "plane=3"],
         [0, 0, 1, 1, 2, 2, 3, 3], [0, 1, 0, 1, 0, 1, 0, 1], ALL, "2(x4)", "plane",
