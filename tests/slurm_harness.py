@@ -493,12 +493,12 @@ PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
         # the caller's environment without Slurm variables (pytest may run in a job)
         base = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_DROP)}
         base["SLURM_CONF"] = str(self.conf)
-        if self.release is not None:
+        base.update(env or {})
+        if self.release is not None:  # after the caller's PATH: its srun must be this release's
             base["PATH"] = _release_path(self.release, base.get("PATH", "/usr/bin:/bin"))
             lib = str(release_dir(self.release) / "lib")
             base["LD_LIBRARY_PATH"] = os.pathsep.join(
                 p for p in (lib, base.get("LD_LIBRARY_PATH", "")) if p)
-        base.update(env or {})
         return base
 
     def run(

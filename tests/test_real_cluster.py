@@ -1,8 +1,9 @@
 """slurmenv on a real 4-node Slurm cluster, through the user's own command lines.
 
 The cluster (``tests/slurm_harness.py``: nodes r1n09 r1n10 r2n09 r2n10, each in a network
-namespace of its own, Slurm 22.05, ``MpiParams=ports=12000-12999``) is started once per
-session. Each test runs what a user would write in a batch script, such as
+namespace of its own, ``MpiParams=ports=12000-12999``) is started once per session and Slurm
+release: Debian's 22.05, and for the tests ``FEATURES`` declares so, every release built from
+source (tests/slurm_releases.py). Each test runs what a user would write in a batch script, such as
 ``srun … bash -c 'eval $(slurmenv export); exec python check.py'``, and checks the result
 from outside. Frameworks run only where they are what is proven:
 
@@ -49,11 +50,36 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slurm_harness import BatchResult, SlurmCluster, SrunResult, parse_labels
+from slurm_harness import BatchResult, SlurmCluster, SrunResult, parse_labels, release_version
 
 from slurmenv import ports
 
 pytestmark = pytest.mark.slurm
+
+#: what these tests prove, on which Slurm releases (tests/slurm_releases.py, docs/releases.md)
+FEATURES = {
+    "every layout (block, cyclic, plane, uneven counts): each task's rank, MASTER_ADDR and "
+    "TF_CONFIG where Slurm ran it": ("every", ["test_all_tasks_agree_and_layout_is_real"]),
+    "`-m arbitrary` with `SLURM_HOSTFILE`": ("every", [
+        "test_arbitrary_layout_follows_the_host_file"]),
+    "heterogeneous steps and jobs": ("every", [
+        "test_heterogeneous_batch_job", "test_heterogeneous_step_distribution_is_not_the_components",
+        "test_heterogeneous_step_unknown_layout"]),
+    "torch meets through `eval $(slurmenv export)`, in two concurrent steps of one job on "
+    "distinct ports": ("every", ["test_concurrent_steps_get_distinct_ports"]),
+    "torch meets, every layout and a heterogeneous step": ("debian", [
+        "test_torch_all_reduce", "test_heterogeneous_step_torch"]),
+    "TensorFlow meets through `TF_CONFIG`": ("every", [
+        "test_tensorflow_multi_worker[two-per-node]"]),
+    "TensorFlow meets, an uneven cyclic layout": ("debian", ["test_tensorflow_multi_worker"]),
+    "the batch script: refused outside a step, the documented form works": ("every", [
+        "test_batch_script_is_refused", "test_batch_script_documented_form_works"]),
+    "the interactive step of `salloc`": ("every", ["test_interactive_step_is_a_single_process"]),
+    "`slurmenv exec` and the `bin/` shims": ("debian", [
+        "test_exec_runs_torch", "test_bin_shims_run_torch"]),
+    "fake GPUs: Slurm's device lists left alone": ("debian", [
+        "test_gpus_untouched_without_binding"]),
+}
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = ROOT / "tests" / "programs"
@@ -472,8 +498,9 @@ def test_gpus_untouched_without_binding(
 # -- the interactive step --------------------------------------------------------------------
 def test_interactive_step_is_a_single_process(slurm_cluster: SlurmCluster) -> None:
     """salloc with LaunchParameters=use_interactive_step opens a shell in step 4294967290 on
-    the first node (one task, even for -N2 -n4): slurmenv gives it a single-process
-    environment instead of refusing or pretending to be rank 0 of 4."""
+    the first node (one task, even for -N2 -n4; 26.05 prints the id signed: -6): slurmenv gives
+    it a single-process environment instead of refusing or pretending to be rank 0 of 4."""
+    step = "-6" if release_version(slurm_cluster.release) >= (26, 5) else "4294967290"
     typed = (
         "echo STEP=$SLURM_STEP_ID; slurmenv export --for torch > /dev/null; echo RC=$?; "
         "slurmenv export --format json --for torch | tr -d '\\n '; echo; exit\n"
@@ -483,7 +510,8 @@ def test_interactive_step_is_a_single_process(slurm_cluster: SlurmCluster) -> No
         env={**ENV, "SHELL": "/bin/bash"}, input=typed, timeout=TIMEOUT,
     )
     out = res.stdout.replace("\r", "")
-    assert "STEP=4294967290" in out and "RC=0" in out, out + res.stderr
+    assert f"STEP={step}\n" in out, out + res.stderr
+    assert "RC=0" in out, out + res.stderr
     line = next(part for part in out.split("\n") if part.startswith('{"RANK"'))
     values = json.loads(line)
     assert (values["RANK"], values["WORLD_SIZE"], values["MASTER_ADDR"]) == ("0", "1", "127.0.0.1")

@@ -34,6 +34,23 @@ from slurm_harness import SlurmCluster, SrunResult, parse_labels
 
 pytestmark = pytest.mark.slurm
 
+#: what these tests prove, on which Slurm releases (tests/slurm_releases.py, docs/releases.md)
+FEATURES = {
+    "containers: Charliecloud `ch-run`, PID and network namespaces": ("debian", [
+        "test_the_image_has_no_slurmenv",
+        "test_ch_run_shares_the_pid_and_network_namespaces",
+        "test_the_task_prolog_reaches_the_program_inside",
+        "test_exec_on_the_host_reaches_the_program_inside",
+        "test_slurmenv_inside_the_image",
+        "test_torch_trains_inside_with_the_prolog",
+        "test_a_scrubbed_environment_is_refused",
+        "test_what_a_pid_namespace_hides",
+        "test_a_scrubbed_environment_in_a_pid_namespace_is_not_seen",
+        "test_doctor_in_a_network_namespace_of_its_own",
+        "test_doctor_names_the_enroot_hooks_values",
+    ]),
+}
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 PROLOG = f"--task-prolog={BIN / 'slurmenv-task-prolog'}"

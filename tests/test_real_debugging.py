@@ -24,6 +24,19 @@ from slurmenv import doctor, dump
 
 pytestmark = pytest.mark.slurm
 
+#: what these tests prove, on which Slurm releases (tests/slurm_releases.py, docs/releases.md)
+FEATURES = {
+    "`show --all-ranks`, `doctor` and `dump` in real steps": ("debian", [
+        "test_healthy_step",
+        "test_batch_script_misuse",
+        "test_proxy_set",
+        "test_port_already_taken_on_the_master_node",
+        "test_master_port_exported_in_the_batch_script",
+        "test_node_name_that_does_not_resolve",
+        "test_gpus_bound_per_task",
+    ]),
+}
+
 SE = f"{sys.executable} -m slurmenv"
 DUMPS = pathlib.Path(__file__).parent / "dumps"
 HEALTHY = ["-N4", "--ntasks-per-node=2", "-c1"]

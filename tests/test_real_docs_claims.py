@@ -14,6 +14,18 @@ from slurm_harness import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 
+#: what these tests prove, on which Slurm releases (tests/slurm_releases.py, docs/releases.md)
+FEATURES = {
+    "the README's claims where `slurmenv` is not on `PATH`": ("debian", [
+        "test_the_missing_command_is_really_missing",
+        "test_eval_cannot_stop_the_program_when_slurmenv_is_missing",
+        "test_exec_fails_closed_when_slurmenv_is_missing",
+        "test_taking_the_output_first_fails_closed",
+        "test_kill_on_bad_exit_reaches_no_task",
+        "test_slurm_kill_bad_exit_in_the_environment_ends_the_step",
+    ]),
+}
+
 NO_SLURMENV = {"PATH": "/usr/bin:/bin"}
 STEP = ["-N2", "-n2"]
 

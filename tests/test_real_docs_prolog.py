@@ -26,6 +26,16 @@ from slurm_harness import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 
+#: what these tests prove, on which Slurm releases (tests/slurm_releases.py, docs/releases.md)
+FEATURES = {
+    "every documented `--task-prolog` line fails closed": ("debian", [
+        "test_a_missing_prolog_never_starts_the_program",
+        "test_a_present_prolog_starts_the_program_with_its_variables",
+        "test_the_old_line_started_the_program_without_a_rank",
+        "test_a_refusal_stops_training_where_slurm_starts_the_task_anyway",
+    ]),
+}
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 PROLOG = BIN / "slurmenv-task-prolog"

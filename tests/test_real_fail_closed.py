@@ -13,6 +13,19 @@ from slurm_harness import BatchResult, SlurmCluster, SrunResult, parse_labels
 
 pytestmark = pytest.mark.slurm
 
+#: what these tests prove, on which Slurm releases (tests/slurm_releases.py, docs/releases.md)
+FEATURES = {
+    "the batch script: a one-task job resolves, others are refused": ("every", [
+        "test_one_task_batch_script_resolves_and_cannot_mislead_later_steps",
+        "test_other_jobs_are_still_refused_in_the_batch_script",
+        "test_inherited_master_port_is_kept", "test_scrubbed_batch_script_is_a_single_process"]),
+    "fail closed in srun tasks: a scrubbed environment (the `slurmstepd` ancestor)": ("every", [
+        "test_scrubbed_environment_in_srun_tasks_is_refused"]),
+    "fail closed in srun tasks: a partial environment, a launcher chosen": ("debian", [
+        "test_a_partial_step_environment_is_refused_naming_a_stray_variable",
+        "test_an_explicit_launcher_choice_in_srun_tasks"]),
+}
+
 ENV = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 TIMEOUT = 120.0
 GUARD = "SHOULD-NOT-RUN"

@@ -19,6 +19,18 @@ from slurm_harness import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 
+#: what these tests prove, on which Slurm releases (tests/slurm_releases.py, docs/releases.md)
+FEATURES = {
+    "the torch, TensorFlow and JAX helpers; Accelerate and DeepSpeed": ("debian", [
+        "test_torch_init_process_group_on_two_nodes",
+        "test_tf_cluster_resolver_on_two_nodes",
+        "test_jax_initialize_on_two_nodes",
+        "test_jax_several_tasks_per_node_cyclic",
+        "test_accelerate_through_export_cyclic",
+        "test_deepspeed_init_distributed_through_export_cyclic",
+    ]),
+}
+
 PROGRAMS = Path(__file__).parent / "programs"
 TIMEOUT = 240
 # this interpreter's python and slurmenv first on PATH, as an activated environment would

@@ -16,6 +16,29 @@ from slurm_harness import SlurmCluster, SrunResult
 
 pytestmark = pytest.mark.slurm
 
+#: what these tests prove, on which Slurm releases (tests/slurm_releases.py, docs/releases.md)
+FEATURES = {
+    "GPU binding and thread counts": ("debian", [
+        "test_each_task_gets_its_half",
+        "test_two_nodes_every_list_narrowed",
+        "test_four_tasks_one_gpu_each_and_variable_from_the_batch_script",
+        "test_not_divisible_leaves_the_last_gpu_unused",
+        "test_off_by_default",
+        "test_left_alone_when_slurm_bound_per_task",
+        "test_exec_binds_too",
+        "test_binding_twice_is_binding_once",
+        "test_fewer_gpus_than_tasks_is_a_clear_error",
+        "test_no_gpus_with_binding_is_a_clear_error",
+        "test_show_all_ranks_reports_the_shares",
+        "test_sbatch_example",
+        "test_threads_from_cpus_per_task",
+        "test_torch_uses_the_thread_count",
+        "test_threads_from_affinity_without_cpus_per_task",
+        "test_user_values_win_and_switch_off",
+        "test_other_shells_in_real_tasks",
+    ]),
+}
+
 GPU_VARS = "$CUDA_VISIBLE_DEVICES $ROCR_VISIBLE_DEVICES $GPU_DEVICE_ORDINAL $ZE_AFFINITY_MASK"
 # slurmenv and this python first on the tasks' PATH (tasks inherit the caller's environment)
 ENV = {"PATH": os.pathsep.join([sysconfig.get_path("scripts"), os.path.dirname(sys.executable),

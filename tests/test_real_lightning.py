@@ -29,6 +29,19 @@ from test_real_cluster import ENV, PROGRAMS, explain, per_rank, records
 
 pytestmark = pytest.mark.slurm
 
+#: what these tests prove, on which Slurm releases (tests/slurm_releases.py, docs/releases.md)
+FEATURES = {
+    "Lightning (`slurmenv.lightning.Environment`)": ("debian", [
+        "test_fabric_full_step_cyclic",
+        "test_trainer_full_step_cyclic",
+        "test_sub_step_of_a_larger_job",
+        "test_uneven_step_is_refused",
+        "test_lightning_own_environment_refuses_srun_n",
+        "test_job_named_bash_lightning_numbers_ranks_itself",
+        "test_fabric_and_trainer_under_slurmenv_torchrun",
+    ]),
+}
+
 LIGHTNING = PROGRAMS / "fw_lightning.py"
 Records = dict[int, dict[str, Any]]
 Result = Union[SrunResult, BatchResult]

@@ -36,6 +36,20 @@ from slurm_harness import BatchResult, SlurmCluster
 
 pytestmark = pytest.mark.slurm
 
+#: what these tests prove, on which Slurm releases (tests/slurm_releases.py, docs/releases.md)
+FEATURES = {
+    "Debian's Open MPI 4 `mpirun` and MPICH 4 `mpiexec`, `srun --mpi=pmi2`": ("debian", [
+        "test_torch_all_reduce_under_mpi",
+        "test_two_concurrent_launches_in_one_job",
+        "test_a_second_launch_on_a_port_that_a_live_launch_holds_is_refused",
+        "test_a_second_mpirun_whose_job_family_draws_the_same_port_is_refused",
+        "test_srun_pmi2_ranks_are_slurm_tasks",
+        "test_mpirun_outside_slurm_needs_a_port",
+        "test_show_and_doctor_under_mpirun",
+        "test_host_list_putting_rank_0_elsewhere_is_refused",
+    ]),
+}
+
 ROOT = Path(__file__).resolve().parent.parent
 CHECK_TORCH = ROOT / "tests" / "programs" / "check_torch.py"
 PID_LAUNCH = ROOT / "tests" / "programs" / "pid_launch.py"

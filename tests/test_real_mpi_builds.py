@@ -22,6 +22,17 @@ from test_real_mpi import CHECK_TORCH, JOB, PAIR, explain, launches
 
 pytestmark = pytest.mark.slurm
 
+#: what these tests prove, on which Slurm releases (tests/slurm_releases.py, docs/releases.md)
+FEATURES = {
+    "MPI builds: Open MPI 5, Intel MPI, MPICH 5": ("debian", [
+        "test_torch_all_reduce_under_every_build",
+        "test_open_mpi_5_rank_0_elsewhere_is_refused_then_master_addr_trains",
+        "test_two_concurrent_launches_of_a_build",
+        "test_open_mpi_5_outside_slurm_on_one_machine_needs_a_port",
+        "test_the_builds_are_the_ones_named",
+    ]),
+}
+
 ROOT = Path(__file__).resolve().parent.parent
 # this Python by its path: Open MPI 5's mpirun puts its own bin (a virtual environment with a
 # python of its own, without torch) first on the ranks' PATH

@@ -25,6 +25,14 @@ from test_real_mpi import explain, sbatch
 
 pytestmark = pytest.mark.slurm
 
+#: what these tests prove, on which Slurm releases (tests/slurm_releases.py, docs/releases.md)
+FEATURES = {
+    "JAX and Lightning under `mpirun`": ("debian", [
+        "test_jax_initialize_under_mpirun",
+        "test_lightning_fabric_under_mpirun",
+    ]),
+}
+
 JOB = ["-N2", "-w", "r1n[09-10]", "--ntasks-per-node=2"]  # named: the checks name the nodes
 HOSTS = {0: "r1n09", 1: "r1n09", 2: "r1n10", 3: "r1n10"}  # Open MPI's default: by slot
 

@@ -22,6 +22,16 @@ from slurm_harness import BatchResult, SlurmCluster
 
 pytestmark = pytest.mark.slurm
 
+#: what these tests prove, on which Slurm releases (tests/slurm_releases.py, docs/releases.md)
+FEATURES = {
+    "notebooks: ipyparallel engines": ("debian", [
+        "test_srun_ipengine_in_a_job_where_another_step_runs",
+        "test_ipclusters_slurm_engine_launcher",
+        "test_ipclusters_mpi_engine_launcher",
+        "test_engines_of_two_steps_are_refused",
+    ]),
+}
+
 ROOT = Path(__file__).resolve().parent.parent
 CLIENT = ROOT / "tests" / "programs" / "notebook_client.py"
 PY = sys.executable

@@ -36,6 +36,17 @@ from slurmenv import ports
 
 pytestmark = pytest.mark.slurm
 
+#: what these tests prove, on which Slurm releases (tests/slurm_releases.py, docs/releases.md)
+FEATURES = {
+    "PALS on the apinfo files of Slurm's `mpi/cray_shasta`": ("debian", [
+        "test_pals_launcher_on_real_apinfo_files",
+        "test_heterogeneous_step_pals_nodeid_is_refused",
+        "test_torch_all_reduce_through_pals",
+        "test_pbs_nodefile_fallback",
+        "test_real_apinfo_fixtures_are_what_slurm_writes_today",
+    ]),
+}
+
 CHECK_PALS = PROGRAMS / "check_pals.py"
 CHECK_TORCH = PROGRAMS / "check_torch.py"
 # every variable whose name starts with SLURM (SLURM_*, SLURMD_NODENAME), unset for one command

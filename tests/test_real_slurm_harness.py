@@ -1,4 +1,5 @@
-"""What real Slurm (Debian 22.05.8) tells tasks, checked on a real 4-node cluster.
+"""What real Slurm tells tasks, checked on a real 4-node cluster: Debian's 22.05.8, and every
+release built from source (tests/slurm_releases.py): the same values unless said otherwise.
 
 Plain srun/sbatch, no slurmenv.  Cluster: nodes r1n09 r1n10 r2n09 r2n10 (addresses
 10.213.0.2-5), 8 CPUs each, CR_Core, OverSubscribe=YES, MpiParams=ports=12000-12999.
@@ -33,11 +34,13 @@ layout (srun args)            TASKS_PER_NODE  DISTRIBUTION   rank: node index/LO
 
 So: without -m, SLURM_DISTRIBUTION is unset (even with --ntasks-per-node); the
 allocation srun makes for -N4 -n8 is 5,1,1,1 whatever -m says, and -m plane/cyclic
-only reorder ranks inside it; -m plane=3 overrides --ntasks-per-node=2 (3,2,2,1).
+only reorder ranks inside it; -m plane=3 overrides --ntasks-per-node=2 (3,2,2,1; not from 23.11:
+2,2,2,2, see CHANGED).
 Nothing but SLURM_GTIDS/LOCALID/NODEID tells a task the layout: derive it from them.
 
 Batch script outside srun (sbatch -N4 -n8): runs on r1n09, no SLURM_STEP_ID and no
-SLURM_STEP_* at all, SLURM_PROCID=0, SLURM_NTASKS=8, SLURM_TASKS_PER_NODE=5,1(x3),
+SLURM_STEP_* at all (26.05: SLURM_STEP_ID=SLURM_STEPID=-5, SLURM_BATCH_SCRIPT printed
+signed, and no other SLURM_STEP_*), SLURM_PROCID=0, SLURM_NTASKS=8, SLURM_TASKS_PER_NODE=5,1(x3),
 SLURM_JOB_NODELIST=r1n[09-10],r2n[09-10].  Two ``srun --overlap`` in one job: same
 SLURM_JOB_ID, SLURM_STEP_ID 0 then 1 (concurrent ones: 0 and 1, in start order).
 
@@ -70,9 +73,21 @@ import re
 import subprocess
 
 import pytest
-from slurm_harness import SlurmCluster, SrunResult, _netns_list
+from slurm_harness import SlurmCluster, SrunResult, _netns_list, release_version
 
 pytestmark = pytest.mark.slurm
+
+#: what these tests prove, on which Slurm releases (tests/slurm_releases.py, docs/releases.md)
+FEATURES = {
+    "what Slurm tells tasks: layouts, the batch script, steps, reserved ports, heterogeneous "
+    "steps": ("every", [
+        "test_layout", "test_commands_and_tasks_run_the_clusters_release",
+        "test_hostname_is_node_name_and_resolves", "test_batch_script_outside_srun",
+        "test_two_steps_in_one_job", "test_resv_ports", "test_concurrent_steps_get_distinct_ports",
+        "test_heterogeneous_step", "test_stop_leaves_nothing"]),
+    "what Slurm tells tasks: fake GPUs (gres)": ("debian+newest", [
+        "test_gres_gpu_all_tasks_see_step_gpus", "test_gpus_per_task"]),
+}
 
 NODES = ("r1n09", "r1n10", "r2n09", "r2n10")
 ALL = "r1n[09-10],r2n[09-10]"
@@ -105,7 +120,7 @@ LAYOUTS = {
         ["-N3", "-n5"],
         [0, 0, 0, 1, 2], [0, 1, 2, 0, 0], "r1n[09-10],r2n09", "3,1(x2)", None,
     ),
-    "N4-npn2-plane3": (  # plane wins over --ntasks-per-node: 3,2,2,1 not 2,2,2,2
+    "N4-npn2-plane3": (  # 22.05: plane wins over --ntasks-per-node: 3,2,2,1 (CHANGED: later)
         ["-N4", "--ntasks-per-node=2", "-m", "plane=3"],
         [0, 0, 0, 1, 1, 2, 2, 3], [0, 1, 2, 0, 1, 0, 1, 0], ALL, "3,2(x2),1", "plane",
     ),
@@ -130,9 +145,27 @@ def ok(res: SrunResult) -> SrunResult:
     return res
 
 
+#: what a later release lays out otherwise: (since, layout as in LAYOUTS)
+CHANGED = {
+    # --ntasks-per-node wins over the plane size: 2,2,2,2, ranks 0,1 on the first node
+    # (observed on 23.11.11 and 26.05.3; 22.05 grows the first node to 3)
+    "N4-npn2-plane3": ((23, 11), (
+        ["-N4", "--ntasks-per-node=2", "-m", "plane=3"],
+        [0, 0, 1, 1, 2, 2, 3, 3], [0, 1, 0, 1, 0, 1, 0, 1], ALL, "2(x4)", "plane",
+    )),
+}  # fmt: skip
+
+
+def layout_on(release: str | None, name: str) -> tuple[list[str], list[int], list[int], str, str,
+                                                       str | None]:
+    """LAYOUTS[name] as ``release`` lays it out."""
+    since, changed = CHANGED.get(name, ((99,), LAYOUTS[name]))
+    return changed if release_version(release) >= since else LAYOUTS[name]
+
+
 @pytest.mark.parametrize("name", LAYOUTS)
 def test_layout(slurm_cluster: SlurmCluster, name: str) -> None:
-    args, node_of, local_of, nodelist, tpn, dist = LAYOUTS[name]
+    args, node_of, local_of, nodelist, tpn, dist = layout_on(slurm_cluster.release, name)
     env = ok(slurm_cluster.srun(args, SHOW_ENV)).per_task_env()
     assert sorted(env) == list(range(len(node_of)))
     for rank, e in env.items():
@@ -154,6 +187,17 @@ def test_layout(slurm_cluster: SlurmCluster, name: str) -> None:
         assert {e["SLURM_DIST_PLANESIZE"] for e in env.values()} == {plane}
 
 
+def test_commands_and_tasks_run_the_clusters_release(slurm_cluster: SlurmCluster) -> None:
+    """srun, and srun inside a task, are the cluster's release, also where the caller passes a
+    PATH of its own (a 22.05 client cannot talk to a 26.05 controller)."""
+    version = slurm_cluster.release or "22.05.8"
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    outer = slurm_cluster.run(["srun", "--version"], env=env)
+    inner = ok(slurm_cluster.srun(["-N1", "-n1"], ["srun", "--version"], env=env))
+    assert outer.stdout.split()[-1:] == [version], outer.stdout + outer.stderr
+    assert inner.per_task_first[0].split()[-1] == version, inner.stdout
+
+
 def test_hostname_is_node_name_and_resolves(slurm_cluster: SlurmCluster) -> None:
     script = (
         "import os, socket; h = socket.gethostname(); "
@@ -173,8 +217,13 @@ def test_batch_script_outside_srun(slurm_cluster: SlurmCluster) -> None:
     res = slurm_cluster.sbatch("#!/bin/sh\nenv\n", ["-N4", "-n8"])
     assert res.returncode == 0, res.stderr
     env = dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
-    assert "SLURM_STEP_ID" not in env
-    assert [k for k in env if k.startswith("SLURM_STEP_")] == []
+    if release_version(slurm_cluster.release) >= (26, 5):
+        # 26.05: SLURM_BATCH_SCRIPT (0xfffffffb) printed signed, in both spellings
+        assert (env["SLURM_STEP_ID"], env["SLURM_STEPID"]) == ("-5", "-5")
+        assert [k for k in env if k.startswith("SLURM_STEP_")] == ["SLURM_STEP_ID"]
+    else:  # 22.05 to 25.11: neither is set
+        assert "SLURM_STEP_ID" not in env and "SLURM_STEPID" not in env
+        assert [k for k in env if k.startswith("SLURM_STEP_")] == []
     assert env["SLURM_PROCID"] == "0"
     assert env["SLURM_NTASKS"] == "8"
     assert env["SLURM_TASKS_PER_NODE"] == "5,1(x3)"
@@ -276,7 +325,7 @@ def test_gpus_per_task(
 def test_stop_leaves_nothing(slurm_cluster: SlurmCluster) -> None:
     """A second cluster beside the session one starts over a leftover namespace of
     a 'crashed' run with the same name; after stop nothing of it remains."""
-    cluster = SlurmCluster(nodes=["x1"])
+    cluster = SlurmCluster(nodes=["x1"], release=slurm_cluster.release)
     subprocess.run(["ip", "netns", "add", cluster.ctl_ns], check=True)
     with cluster:
         res = ok(cluster.srun(["-n2"], ["hostname"]))

@@ -26,6 +26,21 @@ from slurm_harness import SlurmCluster, SrunResult, parse_labels
 
 pytestmark = pytest.mark.slurm
 
+#: what these tests prove, on which Slurm releases (tests/slurm_releases.py, docs/releases.md)
+FEATURES = {
+    "the step check: `doctor --step`, `exec --preflight` then torch": ("every", [
+        "test_a_healthy_step_passes_in_every_task[block-4x2]",
+        "test_a_healthy_step_passes_in_every_task[cyclic-4x2]",
+        "test_torch_takes_the_port_right_after_the_preflight"]),
+    "the step check on more layouts": ("debian", ["test_a_healthy_step_passes_in_every_task"]),
+    "the step check names a broken step (port, dropped packets, early exit, a rank twice), "
+    "under MPI and PALS": ("debian", [
+        "test_a_node_with_another_port_is_named", "test_a_node_whose_packets_are_dropped_is_named",
+        "test_a_task_that_exits_before_the_check_is_named", "test_a_rank_started_twice_is_named",
+        "test_kill_on_bad_exit_ends_the_step", "test_the_check_runs_under_mpi_launchers",
+        "test_the_check_runs_under_pals"]),
+}
+
 SE = f"{sys.executable} -m slurmenv"
 TIMEOUT = 30  # the check's own default: a broken step must be named well before it
 

@@ -24,6 +24,25 @@ from slurm_harness import SlurmCluster, SrunResult
 
 pytestmark = pytest.mark.slurm
 
+#: what these tests prove, on which Slurm releases (tests/slurm_releases.py, docs/releases.md)
+FEATURES = {
+    "the task prolog (`--task-prolog`, site-wide `TaskProlog`)": ("every", [
+        "test_the_prolog_sets_exactly_what_export_sets[cyclic]",
+        "test_a_refusal_kills_every_task_and_says_why",
+        "test_site_prolog_acts_only_in_jobs_that_opted_in",
+        "test_site_prolog_trains_an_opted_in_batch_job_and_spares_its_batch_step"]),
+    "the task prolog: GPUs bound, heterogeneous and pmi2 steps, torch without a shell, the "
+    "site prolog's flags and copies, block and plane layouts": ("debian", [
+        "test_the_prolog_sets_exactly_what_export_sets",
+        "test_the_prolog_sets_exactly_what_export_sets_with_gpus_bound",
+        "test_a_torch_all_reduce_over_three_nodes_with_no_shell",
+        "test_a_heterogeneous_step_and_pmi2_ranks",
+        "test_site_prolog_reads_slurmenv_as_slurmenv_reads_a_flag",
+        "test_a_copied_site_prolog_kills_the_task_and_a_symlink_runs",
+        "test_nothing_written_to_stderr_acts_as_a_prolog_line",
+        "test_a_srun_inside_an_opted_in_srun_step_resolves_its_own_step"]),
+}
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 PROLOG = f"--task-prolog={BIN / 'slurmenv-task-prolog'}"

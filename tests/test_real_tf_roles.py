@@ -25,6 +25,15 @@ from slurm_harness import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 
+#: what these tests prove, on which Slurm releases (tests/slurm_releases.py, docs/releases.md)
+FEATURES = {
+    "TensorFlow job roles (`--tf-jobs`)": ("debian", [
+        "test_parameter_server_training_ends_with_the_chief",
+        "test_multi_worker_with_a_chief_matches_tensorflows_resolver",
+        "test_multi_worker_with_a_chief_cyclic",
+    ]),
+}
+
 PROGRAMS = Path(__file__).parent / "programs"
 TIMEOUT = 400  # TensorFlow's start-up is slow on a loaded machine: 50-90 s measured
 NODES = ["-N3", "-w", "r1n[09-10],r2n09"]

@@ -18,6 +18,19 @@ from slurm_harness import SlurmCluster, SrunResult, parse_labels
 
 pytestmark = pytest.mark.slurm
 
+#: what these tests prove, on which Slurm releases (tests/slurm_releases.py, docs/releases.md)
+FEATURES = {
+    "`slurmenv torchrun`: one torchrun a node": ("debian", [
+        "test_options_filled_from_the_real_step",
+        "test_slurmenv_torchrun_two_nodes_two_workers",
+        "test_plain_torchrun_with_exported_pet_variables",
+        "test_refuses_two_tasks_per_node",
+        "test_two_concurrent_steps_of_one_job",
+        "test_readme_sbatch_example_on_gpu_nodes",
+        "test_a_failed_node_ends_the_step_with_kill_on_bad_exit",
+    ]),
+}
+
 CHECK = str(Path(__file__).parent / "programs" / "torchrun_check.py")
 TIMEOUT = 240
 

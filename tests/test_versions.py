@@ -1,7 +1,8 @@
 """Every version the docs call proven is the one the real-cluster tests run.
 
 tests/versions.txt lists the builds: tests/run.sh installs each pip and wheel line at exactly
-that version; Debian's packages (Slurm, Open MPI 4, MPICH 4) are what the distribution ships.
+that version, and builds each Slurm release of a source line; Debian's packages (Slurm, Open
+MPI 4, MPICH 4) are what the distribution ships.
 Here: the installed versions are the listed ones, and every version of those products that a
 page or a launcher's CLAIMS names is one of them.
 """
@@ -24,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class Pin(NamedTuple):
-    kind: str  # pip (this interpreter), wheel (an MPI venv of tests/mpi_builds.py), debian
+    kind: str  # pip (this interpreter), wheel (an MPI venv of tests/mpi_builds.py), debian,
+    # source (a Slurm release tests/build_slurm.sh builds: tests/slurm_releases.py)
     package: str
     version: str
     product: str
@@ -64,6 +66,14 @@ def installed(pin: Pin) -> str | None:
             [str(python), "-c", code, pin.package],
             capture_output=True, text=True, timeout=60, check=False)
         return proc.stdout.strip().split("+")[0] or None
+    if pin.kind == "source":  # a Slurm release tests/build_slurm.sh built here
+        from slurm_harness import release_built, release_dir
+
+        if not release_built(pin.version):
+            return None
+        proc = subprocess.run([str(release_dir(pin.version) / "sbin" / "slurmd"), "-V"],
+                              capture_output=True, text=True, timeout=60, check=False)
+        return proc.stdout.split()[-1] if proc.stdout.startswith("slurm ") else proc.stdout
     assert pin.kind == "debian", pin
     if shutil.which("dpkg-query") is None:
         return None
@@ -78,7 +88,9 @@ def installed(pin: Pin) -> str | None:
 def test_the_installed_version_is_the_listed_one(pin: Pin) -> None:
     have = installed(pin)
     if have is None:
-        pytest.skip(f"{pin.package} is not installed (tests/run.sh installs it; its tests skip)")
+        how = ("builds it from ../shared/slurm-src" if pin.kind == "source" else "installs it")
+        pytest.skip(f"{pin.package} {pin.version} is not installed (tests/run.sh {how}; its "
+                    "tests skip)")
     assert have == pin.version, (
         f"{pin.package} {have} is installed, tests/versions.txt says {pin.version}: "
         + ("run sh tests/run.sh, which installs the listed version"
@@ -93,6 +105,8 @@ def test_the_list_covers_every_build_the_tests_run() -> None:
     assert {p.package for p in PINS if p.kind == "debian"} >= {"slurmd", "openmpi-bin", "mpich"}
     run_sh = (ROOT / "tests" / "run.sh").read_text(encoding="utf-8")
     assert "tests/versions.txt" in run_sh
+    assert '$1 == "source" && $2 == "slurm"' in run_sh  # every Slurm release is built
+    assert {p.kind for p in PINS} == {"pip", "wheel", "debian", "source"}
     for pin in PINS:
         if pin.kind == "pip":
             assert f" {pin.package}" in run_sh, f"tests/run.sh does not install {pin.package}"
