@@ -157,7 +157,7 @@ def batch_script_env(**extra: str) -> dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize("step", [None, "4294967294", "4294967291"])
+@pytest.mark.parametrize("step", [None, "4294967291", "4294967292", "4294967293", "-5", "-4", "-3"])
 def test_batch_script_refused(step: str | None) -> None:
     env = batch_script_env() if step is None else batch_script_env(SLURM_STEP_ID=step)
     with pytest.raises(SlurmEnvError) as info:
@@ -296,7 +296,9 @@ def test_topology_ordered_layout_is_detected() -> None:
     with pytest.raises(SlurmEnvError) as info:
         resolve(env)
     assert info.value.variable == "SLURM_DISTRIBUTION"
-    assert "-m block" in str(info.value)
+    # -m block is laid out the same way: the fix names layouts that are not
+    assert "-m cyclic" in str(info.value) and "-m block" not in str(info.value)
+    assert "where it puts ranks 0,1" in str(info.value)  # the ranks of the node it names
 
 
 # --- malformed input ----------------------------------------------------------------------------
