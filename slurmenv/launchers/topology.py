@@ -77,7 +77,8 @@ def node_order(environ: Mapping[str, str], hosts: Sequence[str]) -> NodeOrder:
     conf = environ.get("SLURM_CONF")
     if not conf:
         raise _refuse("SLURM_CONF is unset (Slurm 26.05 sets it in every task)", "SLURM_CONF",
-                      None, "run slurmenv in the srun task itself, where Slurm sets SLURM_CONF")
+                      None, "run slurmenv in the srun task itself, where Slurm sets SLURM_CONF; "
+                      "or " + FIX)
     settings = read_slurm_conf(conf)
     folder = conf.rpartition("/")[0] or "."
     yaml = f"{folder}/topology.yaml"
@@ -135,7 +136,8 @@ def read_slurm_conf(path: str) -> dict[str, str]:
         text = files.read_text(name, "SLURM_CONF", "SLURM_CONF must name slurm.conf")
         if text is None:
             raise _refuse(f"{name} cannot be read here", "SLURM_CONF", path,
-                          f"make {name} readable on every node (Slurm's commands need it too)")
+                          f"make {name} readable on every node (Slurm's commands need it too), or "
+                          + FIX)
         for line in _lines(text, name):
             head, _, rest = line.partition(" ")
             if head.lower() == "include" and rest.strip():
