@@ -125,8 +125,8 @@ def test_cyclic_and_plane_keep_the_list_order(tmp_path: Path, dist: str) -> None
 
 @pytest.mark.parametrize("conf_text", [
     "TopologyPlugin=topology/tree\nSelectTypeParameters=CR_Core,CR_NO_DIST_TOPO_BLOCK\n",
-    "SelectType=select/cons_tres SelectTypeParameters=cr_core,cr_no_dist_topo_block\n"
-    "TopologyPlugin=topology/tree\n",
+    ("SelectType=select/cons_tres SelectTypeParameters=cr_core,cr_no_dist_topo_block\n"
+     "TopologyPlugin=topology/tree\n"),
     "TopologyPlugin=topology/flat\n",
     "# TopologyPlugin=topology/tree\n",
 ])
