@@ -319,8 +319,9 @@ class SlurmStep(Topology):
                 + (f", where it puts ranks {','.join(map(str, there))}" if there else ""),
                 variable="SLURM_DISTRIBUTION",
                 value=self.environ.get("SLURM_DISTRIBUTION"),
-                fix="this layout is not one slurmenv can reproduce; pass -m cyclic or -m plane=N "
-                "to srun, or -m arbitrary with a host file",
+                fix="slurmenv cannot reproduce this layout: do not set SLURM_DISTRIBUTION or "
+                "SLURM_GTIDS by hand; else pass -m cyclic or -m plane=N to srun, or -m arbitrary "
+                "with a host file",
             )
 
     def _wrong_node(self, name: str) -> SlurmEnvError:
