@@ -493,12 +493,14 @@ PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
         # the caller's environment without Slurm variables (pytest may run in a job)
         base = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_DROP)}
         base["SLURM_CONF"] = str(self.conf)
+        base.update(env or {})
         if self.release is not None:
+            # after the caller's env: a PATH given there (this interpreter's first) must not
+            # hide the release's commands behind Debian's 22.05 srun
             base["PATH"] = _release_path(self.release, base.get("PATH", "/usr/bin:/bin"))
             lib = str(release_dir(self.release) / "lib")
             base["LD_LIBRARY_PATH"] = os.pathsep.join(
                 p for p in (lib, base.get("LD_LIBRARY_PATH", "")) if p)
-        base.update(env or {})
         return base
 
     def run(
