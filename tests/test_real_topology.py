@@ -38,9 +38,10 @@ NODES = ("n1", "n2", "n3", "n4")
 # leaf switches out of name order: rank 0 on n2
 TREE2 = ("SwitchName=sa Nodes=n2\nSwitchName=sb Nodes=n1\nSwitchName=sc Nodes=n[3-4]\n"
          "SwitchName=top Switches=sa,sb,sc\n")
-# three levels, n3 on no leaf switch (its rank is 0: first)
+# three levels, upper switches listed between the leaves: the leaves' file order decides
 TREE3 = ("SwitchName=l1 Nodes=n4\nSwitchName=l2 Nodes=n1\nSwitchName=m1 Switches=l[1-2]\n"
-         "SwitchName=l3 Nodes=n2\nSwitchName=m2 Switches=l3\nSwitchName=top Switches=m[1-2]\n")
+         "SwitchName=l3 Nodes=n3\nSwitchName=l4 Nodes=n2\nSwitchName=m2 Switches=l[3-4]\n"
+         "SwitchName=top Switches=m[1-2]\n")
 BLOCK = "BlockName=b1 Nodes=n[3-4]\nBlockName=b2 Nodes=n[1-2]\nBlockSizes=2,4\n"
 TREE = "TopologyPlugin=topology/tree"
 NO_DIST = "SelectTypeParameters=CR_Core,CR_NO_DIST_TOPO_BLOCK"
@@ -52,7 +53,7 @@ TOPOLOGIES: dict[str, tuple[str, str]] = {  # name: (slurm.conf lines, topology.
     "no-dist-topo-block": (f"{TREE}\n{NO_DIST}", TREE2),
 }
 #: The node order Slurm 26.05 fills a 4-node block step in, observed.
-ORDER = {"tree2": ["n2", "n1", "n3", "n4"], "tree3": ["n3", "n4", "n1", "n2"],
+ORDER = {"tree2": ["n2", "n1", "n3", "n4"], "tree3": ["n4", "n1", "n3", "n2"],
          "block": ["n3", "n4", "n1", "n2"], "switch-as-node-rank": ["n2", "n1", "n3", "n4"],
          "no-dist-topo-block": ["n1", "n2", "n3", "n4"]}
 #: Steps of a 4-node allocation (srun allocates it): block and default, one task per node,
@@ -92,10 +93,24 @@ def slurm_topology_cluster() -> Iterator[Callable[[str], SlurmCluster]]:
 
 
 def records(output: str) -> dict[int, dict[str, Any]]:
-    """Rank -> the probe's record, from ``srun --label`` output."""
+    """Rank -> the probe's record, from ``srun --label`` output (srun cuts lines longer than
+    1024 bytes into several labelled lines: the pieces are joined back until the JSON parses)."""
     out = {}
     for rank, lines in parse_labels(output).items():
-        found = [json.loads(line[5:]) for line in lines if line.startswith("TOPO ")]
+        found = []
+        buffer: str | None = None
+        for line in lines:
+            if buffer is not None:
+                buffer += line
+            elif line.startswith("TOPO "):
+                buffer = line[5:]
+            else:
+                continue
+            try:
+                found.append(json.loads(buffer))
+            except ValueError:
+                continue  # a piece is still to come
+            buffer = None
         assert len(found) == 1, output
         out[rank] = found[0]
     return out
