@@ -42,19 +42,25 @@ TREE2 = ("SwitchName=sa Nodes=n2\nSwitchName=sb Nodes=n1\nSwitchName=sc Nodes=n[
 TREE3 = ("SwitchName=l1 Nodes=n4\nSwitchName=l2 Nodes=n1\nSwitchName=m1 Switches=l[1-2]\n"
          "SwitchName=l3 Nodes=n3\nSwitchName=l4 Nodes=n2\nSwitchName=m2 Switches=l[3-4]\n"
          "SwitchName=top Switches=m[1-2]\n")
+# n4 on two leaf switches: the first listing it (sa) decides
+MULTI = ("SwitchName=sa Nodes=n[2,4]\nSwitchName=sb Nodes=n[1,4]\nSwitchName=sc Nodes=n3\n"
+         "SwitchName=top Switches=sa,sb,sc\n")
 BLOCK = "BlockName=b1 Nodes=n[3-4]\nBlockName=b2 Nodes=n[1-2]\nBlockSizes=2,4\n"
 TREE = "TopologyPlugin=topology/tree"
 NO_DIST = "SelectTypeParameters=CR_Core,CR_NO_DIST_TOPO_BLOCK"
 TOPOLOGIES: dict[str, tuple[str, str]] = {  # name: (slurm.conf lines, topology.conf)
     "tree2": (TREE, TREE2),
     "tree3": (TREE, TREE3),
+    "multi-homed": (TREE, MULTI),
     "block": ("TopologyPlugin=topology/block", BLOCK),
     "switch-as-node-rank": (f"{TREE}\nTopologyParam=SwitchAsNodeRank", TREE2),
+    "block-as-node-rank": ("TopologyPlugin=topology/block\nTopologyParam=BlockAsNodeRank", BLOCK),
     "no-dist-topo-block": (f"{TREE}\n{NO_DIST}", TREE2),
 }
 #: The node order Slurm 26.05 fills a 4-node block step in, observed.
 ORDER = {"tree2": ["n2", "n1", "n3", "n4"], "tree3": ["n4", "n1", "n3", "n2"],
-         "block": ["n3", "n4", "n1", "n2"], "switch-as-node-rank": ["n2", "n1", "n3", "n4"],
+         "block": ["n3", "n4", "n1", "n2"], "multi-homed": ["n2", "n4", "n1", "n3"], "switch-as-node-rank": ["n2", "n1", "n3", "n4"],
+         "block-as-node-rank": ["n3", "n4", "n1", "n2"],
          "no-dist-topo-block": ["n1", "n2", "n3", "n4"]}
 #: Steps of a 4-node allocation (srun allocates it): block and default, one task per node,
 #: uneven counts.
@@ -148,8 +154,8 @@ def run_step(cluster: SlurmCluster, args: Sequence[str]) -> dict[int, dict[str, 
     return records(res.stdout)
 
 
-@pytest.mark.parametrize("name", ["tree2", "tree3", "block", "switch-as-node-rank",
-                                  "no-dist-topo-block"])
+@pytest.mark.parametrize("name", ["tree2", "tree3", "multi-homed", "block", "switch-as-node-rank",
+                                  "block-as-node-rank", "no-dist-topo-block"])
 def test_block_and_default_steps_are_right_in_every_task(
     slurm_topology_cluster: Callable[[str], SlurmCluster], name: str
 ) -> None:
@@ -194,6 +200,22 @@ def test_cyclic_and_plane_keep_name_order(
     assert all(rec["rc"] == 0 for rec in got.values())
     assert wrong_tasks(got) == []
     assert got[0]["hostname"] == "n1"
+
+
+def test_arbitrary_follows_the_host_file_under_a_topology(
+    slurm_topology_cluster: Callable[[str], SlurmCluster], tmp_path: Path
+) -> None:
+    cluster = slurm_topology_cluster("tree2")
+    hostfile = tmp_path / "hosts"
+    order = ["n4", "n1", "n1", "n3", "n2", "n4"]
+    hostfile.write_text("\n".join(order) + "\n")
+    res = cluster.srun(["-n6", "-m", "arbitrary"], ["python3", str(PROBE)],
+                       env={**ENV, "SLURM_HOSTFILE": str(hostfile)}, timeout=120)
+    assert res.returncode == 0, res.stderr
+    got = records(res.stdout)
+    assert [got[r]["hostname"] for r in range(6)] == order
+    assert all(rec["rc"] == 0 for rec in got.values())
+    assert wrong_tasks(got) == []
 
 
 def test_unreadable_topology_is_refused_in_every_task_and_cyclic_still_works(

@@ -88,12 +88,13 @@ def test_tree_two_levels_out_of_name_order(tmp_path: Path, counts: list[int],
     assert "topology/tree order of" in resolve(envs[0]).sources["MASTER_ADDR"]
 
 
-def test_tree_three_levels_and_a_node_on_no_switch(tmp_path: Path) -> None:
+def test_tree_three_levels(tmp_path: Path) -> None:
     topo = ("SwitchName=l1 Nodes=n4\nSwitchName=l2 Nodes=n1\nSwitchName=m1 Switches=l[1-2]\n"
-            "SwitchName=l3 Nodes=n2\nSwitchName=m2 Switches=l3\nSwitchName=top Switches=m[1-2]\n")
+            "SwitchName=l3 Nodes=n3\nSwitchName=l4 Nodes=n2\nSwitchName=m2 Switches=l[3-4]\n"
+            "SwitchName=top Switches=m[1-2]\n")
     conf = write_conf(tmp_path, "SelectType=select/cons_tres\nTopologyPlugin=topology/tree\n",
                       topo)
-    order = ["n3", "n4", "n1", "n2"]  # n3 is on no leaf switch: rank 0, first
+    order = ["n4", "n1", "n3", "n2"]
     check_right(slurm_envs(HOSTS, [2, 2, 2, 2], order, SLURM_JOB_SLUID=SLUID,
                            SLURM_CONF=conf), order)
 
@@ -153,7 +154,7 @@ def test_before_26_05_nothing_is_read(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("case", ["no topology.conf", "topology.yaml", "no slurm.conf",
                                   "no SLURM_CONF", "unknown key", "include with %",
-                                  "torus", "backslash"])
+                                  "torus", "backslash", "node listed nowhere"])
 def test_unknowable_order_is_refused_by_every_task(tmp_path: Path, case: str) -> None:
     """Every task refuses, also those whose own node holds the same ranks in both orders
     (n3 and n4 here), naming the setting and fixes that work on 26.05."""
@@ -171,6 +172,8 @@ def test_unknowable_order_is_refused_by_every_task(tmp_path: Path, case: str) ->
         conf_text = "TopologyPlugin=topology/torus3d\n"
     elif case == "backslash":
         topo = "SwitchName=sa \\\n Nodes=n2\n"
+    elif case == "node listed nowhere":  # n1 listed by its NodeHostName, say
+        topo = TREE2.replace("Nodes=n1", "Nodes=host1")
     conf = write_conf(tmp_path, conf_text, topo)
     if case == "no slurm.conf":
         conf = str(tmp_path / "missing.conf")
@@ -222,9 +225,8 @@ def test_heterogeneous_steps_under_a_reordering_topology_are_refused(tmp_path: P
     kind=st.sampled_from(["tree", "block"]),
 )
 def test_order_matches_a_model(leaves: list[list[str]], per_node: int, kind: str) -> None:
-    """Slurm's order as a walk: nodes on no leaf/block first (tree) or with the first block
-    (block), then leaf by leaf in file order, each leaf's nodes in list order, a node only
-    where it first appears."""
+    """Slurm's order as a walk: leaf by leaf (block by block) in file order, each leaf's nodes
+    in list order, a node only where it first appears; a node listed nowhere is refused."""
     if kind == "tree":
         text = "".join(f"SwitchName=s{i} Nodes={','.join(leaf)}\n" if leaf
                        else f"SwitchName=s{i}\n" for i, leaf in enumerate(leaves))
@@ -237,14 +239,12 @@ def test_order_matches_a_model(leaves: list[list[str]], per_node: int, kind: str
     seen: list[str] = []
     for leaf in leaves:
         seen.extend(h for h in HOSTS if h in leaf and h not in seen)
-    nowhere = [h for h in HOSTS if h not in seen]
-    if kind == "tree":
-        model = nowhere + seen
-    else:
-        first = [h for h in HOSTS if h in nowhere or (leaves[0] and h in leaves[0])]
-        model = first + [h for h in seen if h not in first]
-    ranks = topology.tree_ranks(text, "t", HOSTS) if kind == "tree" \
-        else topology.block_ranks(text, "t", HOSTS)
+    ranks_of = topology.tree_ranks if kind == "tree" else topology.block_ranks
+    if len(seen) < len(HOSTS):  # a node of the step listed nowhere: refused
+        with pytest.raises(SlurmEnvError):
+            ranks_of(text, "t", HOSTS)
+        return
+    ranks = ranks_of(text, "t", HOSTS)
     got = [HOSTS[i] for i in sorted(range(4), key=lambda i: (ranks[i], i))]
-    assert got == model
+    assert got == seen
     assert per_node  # the counts do not change the order

@@ -7,10 +7,11 @@ table's order. The order: the step's nodes sorted by their rank (``topology_p_ge
 ties kept in ``SLURM_STEP_NODELIST`` order. A node's rank is
 
 * tree: the position, counted from 1, of the first leaf switch (a ``SwitchName`` line without
-  ``Switches=``) listing it among the leaf switches of ``topology.conf``; 0 for a node on no
-  leaf switch;
-* block: the position, counted from 0, of the first ``BlockName`` line listing it; 0 for a
-  node in no block (the same as the first block's).
+  ``Switches=``) listing it among the leaf switches of ``topology.conf``;
+* block: the position, counted from 0, of the first ``BlockName`` line listing it.
+
+Slurm gives a node listed nowhere rank 0; slurmenv refuses it instead (Slurm also matches a
+node by its ``NodeHostName``, which a task cannot know).
 
 Slurm does not reorder when the job has one node, when ``SelectTypeParameters`` holds
 ``CR_NO_DIST_TOPO_BLOCK``, nor for ``-m cyclic``, ``-m plane`` or ``-m arbitrary`` (the caller
@@ -208,17 +209,23 @@ def _members(expression: str, path: str) -> list[str]:
     return nodes.expand(expression, f"Nodes= in {path}")
 
 
-def _rank_of(
-    groups: list[list[str]], hosts: Sequence[str], first: int, default: int
-) -> list[int]:
-    """Each host's rank: ``first`` + the index of the first group naming it, else ``default``."""
+def _rank_of(groups: list[list[str]], hosts: Sequence[str], first: int, path: str) -> list[int]:
+    """Each host's rank: ``first`` + the index of the first group naming it. A host no group
+    names is refused: Slurm would give it rank 0, but it also matches a group naming it by
+    its ``NodeHostName``, which slurmenv does not know (and such a node is not allocated with
+    the others, observed)."""
     wanted = set(hosts)
     rank: dict[str, int] = {}
     for i, group in enumerate(groups):
         for host in group:
             if host in wanted and host not in rank:
                 rank[host] = first + i
-    return [rank.get(host, default) for host in hosts]
+    missing = [host for host in hosts if host not in rank]
+    if missing:
+        raise _refuse(f"{path} lists no leaf switch or block with node {missing[0]} of this "
+                      "step (by another name, its NodeHostName?)", "SLURM_CONF", path,
+                      f"list every node in {path} by its NodeName, or " + FIX)
+    return [rank[host] for host in hosts]
 
 
 def tree_ranks(text: str, path: str, hosts: Sequence[str]) -> list[int]:
@@ -234,7 +241,7 @@ def tree_ranks(text: str, path: str, hosts: Sequence[str]) -> list[int]:
                           "SLURM_CONF", path)
         if "switches" not in record:  # a leaf switch, possibly empty (Slurm's level 0)
             leaves.append(_members(record["nodes"], path) if "nodes" in record else [])
-    return _rank_of(leaves, hosts, 1, 0)
+    return _rank_of(leaves, hosts, 1, path)
 
 
 def block_ranks(text: str, path: str, hosts: Sequence[str]) -> list[int]:
@@ -245,4 +252,4 @@ def block_ranks(text: str, path: str, hosts: Sequence[str]) -> list[int]:
     if not records or len(set(names)) != len(names):
         raise _refuse(f"{path} defines no block, or a block twice", "SLURM_CONF", path)
     return _rank_of([_members(r["nodes"], path) if "nodes" in r else [] for r in records],
-                    hosts, 0, 0)
+                    hosts, 0, path)
