@@ -248,3 +248,30 @@ def test_order_matches_a_model(leaves: list[list[str]], per_node: int, kind: str
     got = [HOSTS[i] for i in sorted(range(4), key=lambda i: (ranks[i], i))]
     assert got == seen
     assert per_node  # the counts do not change the order
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(alphabet=st.sampled_from(list("SwitchNameBlockSizesNodes=n1[-2],# \\\n\"'x")),
+                    max_size=120))
+def test_any_topology_text_is_read_or_refused(text: str) -> None:
+    """Whatever topology.conf holds: ranks for every host, or a SlurmEnvError (never another
+    exception, never a partial answer)."""
+    for ranks_of in (topology.tree_ranks, topology.block_ranks):
+        try:
+            ranks = ranks_of(text, "t", ["n1", "n2"])
+        except SlurmEnvError:
+            continue
+        assert len(ranks) == 2 and all(isinstance(rank, int) for rank in ranks)
+
+
+@settings(max_examples=100, deadline=None)
+@given(text=st.text(max_size=200))
+def test_any_slurm_conf_is_read_or_refused(tmp_path_factory: pytest.TempPathFactory,
+                                           text: str) -> None:
+    path = tmp_path_factory.mktemp("conf") / "slurm.conf"
+    path.write_text(text, encoding="utf-8", errors="surrogatepass")
+    try:
+        found = topology.read_slurm_conf(str(path))
+    except SlurmEnvError:
+        return
+    assert set(found) <= set(topology.KEYS)
