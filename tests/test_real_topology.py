@@ -278,3 +278,22 @@ def test_batch_script_step_id_on_26_05(
     many = cluster.sbatch(script, ["-N2", "-n4"], env=ENV)
     assert many.returncode != 0
     assert "outside any job step" in many.stderr, many.stderr
+
+
+def test_interactive_step_id_on_26_05(
+    slurm_topology_cluster: Callable[[str], SlurmCluster]
+) -> None:
+    """salloc's interactive step (LaunchParameters=use_interactive_step): 26.05 prints its id
+    signed; slurmenv still gives it a single-process environment."""
+    cluster = slurm_topology_cluster("tree2")
+    typed = (
+        "echo STEP=$SLURM_STEP_ID; slurmenv export --format json --for torch | tr -d '\\n '; "
+        "echo; exit\n"
+    )
+    res = cluster.run(["script", "-qec", "salloc -N2 -n4", "/dev/null"],
+                      env={**ENV, "SHELL": "/bin/bash"}, input=typed, timeout=120)
+    out = res.stdout.replace("\r", "")
+    assert "STEP=-6" in out, out + res.stderr
+    line = next(part for part in out.split("\n") if part.startswith('{"RANK"'))
+    values = json.loads(line)
+    assert (values["RANK"], values["WORLD_SIZE"], values["MASTER_ADDR"]) == ("0", "1", "127.0.0.1")
