@@ -154,7 +154,8 @@ def test_before_26_05_nothing_is_read(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("case", ["no topology.conf", "topology.yaml", "no slurm.conf",
                                   "no SLURM_CONF", "unknown key", "include with %",
-                                  "torus", "backslash", "node listed nowhere"])
+                                  "torus", "backslash", "node listed nowhere",
+                                  "select/linear"])
 def test_unknowable_order_is_refused_by_every_task(tmp_path: Path, case: str) -> None:
     """Every task refuses, also those whose own node holds the same ranks in both orders
     (n3 and n4 here), naming the setting and fixes that work on 26.05."""
@@ -168,6 +169,8 @@ def test_unknowable_order_is_refused_by_every_task(tmp_path: Path, case: str) ->
         topo = TREE2 + "SwitchName=sd Nodes=n5 Speed=4\n"
     elif case == "include with %":
         conf_text += "Include %c.conf\n"
+    elif case == "select/linear":
+        conf_text += "SelectType=select/linear\n"
     elif case == "torus":
         conf_text = "TopologyPlugin=topology/torus3d\n"
     elif case == "backslash":

@@ -92,6 +92,10 @@ def node_order(environ: Mapping[str, str], hosts: Sequence[str]) -> NodeOrder:
     plugin = settings.get("topologyplugin", "").strip().lower()
     if plugin in FLAT:
         return NodeOrder(None, "no topology plugin in slurm.conf: node-list order")
+    select = settings.get("selecttype", "select/cons_tres")
+    if select.strip().lower() != "select/cons_tres":  # node ranks come from cons_tres
+        raise _refuse(f"SelectType={select} in {conf} with {plugin} is not reproduced",
+                      "SLURM_CONF", conf)
     if plugin not in ORDERED:
         raise _refuse(f"TopologyPlugin={settings['topologyplugin']} in {conf} orders tasks in a "
                       "way slurmenv does not reproduce", "SLURM_CONF", conf)
