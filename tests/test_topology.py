@@ -85,7 +85,8 @@ def test_tree_two_levels_out_of_name_order(tmp_path: Path, counts: list[int],
     envs = slurm_envs(HOSTS, counts, order, distribution=dist, SLURM_JOB_SLUID=SLUID,
                       SLURM_CONF=conf)
     check_right(envs, order)
-    assert "topology/tree order of" in resolve(envs[0]).sources["MASTER_ADDR"]
+    assert f"in topology order (topology/tree, {tmp_path}/topology.conf)" in \
+        resolve(envs[0]).sources["MASTER_ADDR"]
 
 
 def test_tree_three_levels(tmp_path: Path) -> None:

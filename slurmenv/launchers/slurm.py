@@ -254,7 +254,7 @@ class SlurmStep(Topology):
             return "unknown"
         if self._order is not None and self.topology_order() is not None:
             kind = "block (Slurm's default)" if dist.kind == "default" else "block"
-            return f"{kind} in {self._order[1]}"
+            return f"{kind} in topology order ({self._order[1]})"
         if dist.kind == "default":
             return ("block" if self.ntasks > self.nnodes else "cyclic") + " (Slurm's default)"
         if dist.kind == "plane":

@@ -107,7 +107,7 @@ def node_order(environ: Mapping[str, str], hosts: Sequence[str]) -> NodeOrder:
     ranks = tree_ranks(text, path, hosts) if plugin == "topology/tree" \
         else block_ranks(text, path, hosts)
     order = sorted(range(len(hosts)), key=lambda i: (ranks[i], i))
-    return NodeOrder(order, f"{plugin} order of {path}")
+    return NodeOrder(order, f"{plugin}, {path}")
 
 
 def _exists(path: str) -> bool:
