@@ -72,6 +72,11 @@ def resolve(
     opts = options.from_environ(env, **given)
     ephemeral = ports.ephemeral_range() if ephemeral_range is _AUTO else ephemeral_range
     evidence = pipeline.FIND if step_evidence is _AUTO else step_evidence
+    if rivals is not _AUTO and rivals is not None:
+        from .errors import require_list
+
+        require_list(rivals, "rivals", "a list of environments (mappings), one per process "
+                     "of this node, or None")
     others = pipeline.FIND if rivals is _AUTO else (
         None if rivals is None else [(None, other) for other in rivals]  # type: ignore[attr-defined]
     )

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from ._compat import NamedTuple
 
 SHELL_NAMES = ("bash", "zsh", "fish")
-#: Where each shell looks for a completion file it loads by itself (see docs/completion.md).
+#: Where each shell looks for a completion file it loads by itself (see docs/shells.md).
 INSTALL = {
     "bash": "${BASH_COMPLETION_USER_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/bash-completion}"
             "/completions/slurmenv",
@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="slurmenv completion",
         description="Print a completion script for bash, zsh or fish. Install it where the "
         "shell loads it by itself, e.g. slurmenv completion bash > "
-        "~/.local/share/bash-completion/completions/slurmenv (see docs/completion.md)",
+        "~/.local/share/bash-completion/completions/slurmenv (see docs/shells.md)",
     )
     parser.add_argument("shell", choices=SHELL_NAMES, help="the shell")
     return parser

@@ -47,6 +47,15 @@ class SlurmEnvError(Exception):
         return "\n".join(lines)
 
 
+def require_list(value: object, parameter: str, what: str) -> None:
+    """A TypeError when a string (or one mapping) is given where a list is meant: iterating it
+    would take its characters (or keys) for the entries. ``what`` says what to pass."""
+    if isinstance(value, (str, bytes)) or hasattr(value, "keys"):
+        shown = repr(value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise TypeError(f"{parameter} must be {what}, not the {type(value).__name__} {shown}")
+
+
 def require(environ: Mapping[str, str], name: str, fix: str) -> str:
     """Return ``environ[name]`` or raise a SlurmEnvError that says it is missing."""
     value = environ.get(name)

@@ -25,7 +25,7 @@ Everything here is a pure function of an environment mapping and the task's loca
 from __future__ import annotations
 
 from ._compat import TYPE_CHECKING, NamedTuple
-from .errors import SlurmEnvError, to_int
+from .errors import SlurmEnvError, require_list, to_int
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -103,7 +103,11 @@ def for_local_rank(
     ['6', '7']
     >>> for_local_rank(["0", "1", "2"], 1, 2)
     ['1']
+
+    A string is refused (TypeError): split a variable's value with :func:`parse_list` first.
     """
+    require_list(visible, "visible", "a list of GPU entries such as ['4', '5', '6', '7']: "
+                 "split a CUDA_VISIBLE_DEVICES value with slurmenv.gpus.parse_list(value, name)")
     if not 0 <= local_rank < local_world_size:
         raise ValueError(f"local rank {local_rank} is not in 0..{local_world_size - 1}")
     count = len(visible) // local_world_size

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ._compat import TYPE_CHECKING
-from .errors import SlurmEnvError, is_number
+from .errors import SlurmEnvError, is_number, require_list
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -127,6 +127,7 @@ def build(
     the ranks are cut into the jobs by :func:`roles`; the ``evaluator`` stays out of the
     cluster, as TensorFlow requires (its own task says ``evaluator``, index 0).
     """
+    require_list(workers, "workers", "a list of 'host:port' strings, one per rank")
     if not chief and not jobs:
         return {"cluster": {"worker": list(workers)}, "task": {"type": "worker", "index": rank}}
     every = roles(len(workers), chief, jobs)

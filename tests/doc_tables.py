@@ -48,7 +48,7 @@ def _doctor_checks() -> str:
 API = (
     "slurmenv.resolve", "Resolution.env", "Resolution.apply", "slurmenv.dump.load",
     "slurmenv.gpus.for_local_rank", "slurmenv.torch.init_process_group",
-    "slurmenv.tf.cluster_resolver", "slurmenv.jax.initialize_args", "slurmenv.jax.initialize",
+    "slurmenv.tf.cluster_resolver", "slurmenv.tf.serve", "slurmenv.jax.initialize_args", "slurmenv.jax.initialize",
     "slurmenv.lightning.Environment",
 )
 
@@ -59,6 +59,78 @@ def _api_signatures() -> str:
 
     return "\n".join(f"- `{name}({test_api_doc.show(test_api_doc.real(test_api_doc.target(name)))})`"
                      for name in API)
+
+
+#: The SLURMENV variables that are not a row of the options table, and what each does.
+#: tests/test_doc_claims.py checks that this names every SLURMENV variable slurmenv's source
+#: reads or writes.
+OTHER_VARIABLES = {
+    "SLURMENV_FOR": "which variables `export`, `exec`, `show`, `doctor` and the task prolog "
+                    "give (`--for`); the task prolog takes no option, so this is how it is "
+                    "told",
+    "SLURMENV_STEP_TIMEOUT": "seconds the step check (`doctor --step`, `exec --preflight`) waits "
+                             "for the other tasks (`--step-timeout`)",
+    "SLURMENV_DEBUG": "`1`: an unexpected error prints its traceback too (any command)",
+    "SLURMENV": "`1` opts a job in to the site-wide task prolog, `slurmenv-site-prolog` "
+                "(docs/task-prolog.md); read by the prolog only",
+    "SLURMENV_SET_BY": "written, not read from you: the task prolog marks the variables it set "
+                       "(`<job>.<step>:NAME,...`), so that a `srun` inside that step resolves "
+                       "them again",
+}
+
+
+def _choices(choices: object) -> str | None:
+    return "{" + ",".join(map(str, choices)) + "}" if choices else None  # type: ignore[call-overload]
+
+
+def _own_options() -> list[tuple[str, str, str]]:
+    """(command, option, help) for each command's options that are not the options table's,
+    read from the parsers the commands use (as the completion scripts are)."""
+    import argparse
+    import importlib
+
+    from slurmenv import cli, options
+
+    shared = {row.flag for row in options.TABLE} | {options.FOR[0], "-h", "--help", "--version"}
+    shared |= {f"--no-{row.flag[2:]}" for row in options.TABLE}
+    top = cli.build_parser()
+    sub = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    found = []
+    for name in sub.choices:
+        if name == "torchrun":
+            module = importlib.import_module(cli.EXTERNAL[name][0])
+            actions = [(flag, kw.get("metavar") or _choices(kw.get("choices")),
+                        str(kw.get("help", ""))) for flag, kw in module.own_arguments()]
+            rows = [([flag], metavar, text) for flag, metavar, text in actions]
+        else:
+            parser = (importlib.import_module(cli.EXTERNAL[name][0]).build_parser()
+                      if name in cli.EXTERNAL else sub.choices[name])
+            rows = [(list(a.option_strings),
+                     (a.metavar or _choices(a.choices)) if a.nargs != 0 else None, a.help or "")
+                    for a in parser._actions if a.option_strings]
+        for flags, metavar, text in rows:
+            if set(flags) & shared:
+                continue
+            shown = ", ".join(f"`{f}{' ' + str(metavar) if metavar else ''}`" for f in flags)
+            found.append((name, shown, " ".join(text.replace("%%", "%").split())))
+    return found
+
+
+def options_page() -> str:
+    """docs/options.md: the options table (slurmenv/options.py), then each command's own
+    options (from the parsers) and every other SLURMENV variable."""
+    from slurmenv import options
+
+    lines = [options.markdown().rstrip("\n"), "", "## Each command's own options", "",
+             "Generated from the commands' parsers. Besides the options above, and `-h`/`--help`:",
+             "", "| command | option | meaning |", "| --- | --- | --- |"]
+    lines += [f"| `{command}` | {flag} | {text.replace('|', chr(92) + '|')} |"
+              for command, flag, text in _own_options()]
+    lines += ["", "## Other variables", "",
+              "Every other `SLURMENV*` variable slurmenv reads or writes:", "",
+              "| variable | meaning |", "| --- | --- |"]
+    lines += [f"| `{name}` | {text} |" for name, text in OTHER_VARIABLES.items()]
+    return "\n".join(lines) + "\n"
 
 
 #: block name -> (what renders it, where its source of truth is declared)

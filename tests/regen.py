@@ -8,7 +8,8 @@ What it regenerates, and where each comes from:
 * the generated blocks (``<!-- generated: NAME ... -->``, tests/doc_tables.py): the launcher
   tables (the ``CLAIMS`` of slurmenv/launchers/*.py), the doctor table (the ``@check``
   registrations) and the API signatures in docs/api.md (``inspect.signature``);
-* docs/options.md, the whole page (the table in slurmenv/options.py);
+* docs/options.md, the whole page (the table in slurmenv/options.py, then each command's own
+  options from its parser and the other SLURMENV variables: tests/doc_tables.py);
 * the example outputs (fenced blocks after an ``<!-- env: ... -->`` marker,
   tests/test_docs_examples.py): what slurmenv prints today.
 
@@ -29,10 +30,8 @@ for _path in (str(ROOT), str(ROOT / "tests")):
 import doc_tables  # (tests/ is on sys.path now)
 import test_docs_examples
 
-from slurmenv import options
-
 #: pages generated whole: relative path -> what renders it
-WHOLE = {"docs/options.md": options.markdown}
+WHOLE = {"docs/options.md": doc_tables.options_page}
 
 
 def pages(root: pathlib.Path = ROOT) -> list[pathlib.Path]:

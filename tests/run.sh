@@ -76,7 +76,7 @@ done
 "$PY" -m ruff check .
 "$PY" -m mypy
 if command -v shellcheck >/dev/null 2>&1; then
-  shellcheck bin/* tests/run.sh .ci/run
+  shellcheck bin/* tests/run.sh .ci/run examples/*.sbatch
 else
   echo "shellcheck not installed: shell shims not linted" >&2
 fi

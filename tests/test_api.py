@@ -177,3 +177,48 @@ def test_unknown_output_set() -> None:
     with pytest.raises(SlurmEnvError) as info:
         resolve(rank_env(0)).env("jax-and-friends")
     assert info.value.variable == "--for"
+
+
+# -- a string where a list is meant is a TypeError (issue 35) -------------------------------------
+def _list_parameters() -> list[tuple[str, str]]:
+    """(function, parameter) for every parameter of the documented API (docs/api.md's
+    signatures, tests/doc_tables.py's API) and of slurmenv.tfconfig.build that takes a list
+    (annotated as a Sequence or an Iterable): node lists, device lists, environments."""
+    import inspect
+
+    import doc_tables
+    import test_api_doc
+
+    from slurmenv import tfconfig
+
+    targets = [(name, test_api_doc.target(name)) for name in doc_tables.API]
+    targets.append(("slurmenv.tfconfig.build", tfconfig.build))
+    found = []
+    for name, function in targets:
+        for parameter in inspect.signature(function).parameters.values():
+            annotation = str(parameter.annotation)
+            if annotation.startswith(("Sequence[", "Iterable[")) or "| Iterable[" in annotation:
+                found.append((name, parameter.name))
+    return found
+
+
+def test_the_list_parameters_are_found() -> None:
+    assert set(_list_parameters()) == {
+        ("slurmenv.gpus.for_local_rank", "visible"), ("slurmenv.resolve", "rivals"),
+        ("slurmenv.tfconfig.build", "workers")}
+
+
+def test_a_string_for_a_list_is_a_type_error_saying_what_to_pass() -> None:
+    from slurmenv import gpus, tfconfig
+
+    with pytest.raises(TypeError, match=r"visible must be a list of GPU entries .*parse_list"):
+        gpus.for_local_rank("4,5,6,7", 1, 2)  # type: ignore[arg-type]
+    assert gpus.for_local_rank(gpus.parse_list("4,5,6,7", "CUDA_VISIBLE_DEVICES"), 1, 2) == [
+        "6", "7"]
+    with pytest.raises(TypeError, match=r"workers must be a list of 'host:port' strings"):
+        tfconfig.build("n1:1,n2:2", 0)  # type: ignore[arg-type]
+    env = synth.step_env(["n1", "n2"], [1, 1], 0)
+    for wrong in ("n1", {"SLURM_PROCID": "0"}):
+        with pytest.raises(TypeError, match=r"rivals must be a list of environments"):
+            slurmenv.resolve(env, rivals=wrong, ephemeral_range=None)  # type: ignore[arg-type]
+    assert slurmenv.resolve(env, rivals=[], ephemeral_range=None).rank == 0

@@ -153,7 +153,8 @@ def test_every_framework_helper_takes_resolution_and_environ() -> None:
     import doc_tables
 
     helpers = [name for name in doc_tables.API
-               if name.split(".")[1:2] in (["torch"], ["tf"], ["jax"], ["lightning"])]
+               if name.split(".")[1:2] in (["torch"], ["tf"], ["jax"], ["lightning"])
+               and name != "slurmenv.tf.serve"]  # runs a server from a resolver it is given
     assert len(helpers) == 5
     for name in helpers:
         assert {"resolution", "environ"} <= {p.name for p in real(target(name))}, name

@@ -275,7 +275,7 @@ def test_refuses_a_shell_it_has_no_script_for(argv: list[str]) -> None:
 
 
 def test_bash_without_bash_completion(tmp_path: Path) -> None:
-    """docs/completion.md: eval "$(slurmenv completion bash)" in ~/.bashrc, no bash-completion."""
+    """docs/shells.md (Completion): eval "$(slurmenv completion bash)" in ~/.bashrc, no bash-completion."""
     load = f'eval "$({sys.executable} -m slurmenv completion bash)"'
     assert set(bash_complete(tmp_path, ["slurmenv", "export", "--sh"], load)) == {"--shell"}
     assert set(bash_complete(tmp_path, ["slurmenv", "show", "--for", ""], load)) == \
@@ -283,7 +283,7 @@ def test_bash_without_bash_completion(tmp_path: Path) -> None:
 
 
 def test_zsh_sourced_after_compinit(tmp_path: Path) -> None:
-    """docs/completion.md: source <(slurmenv completion zsh) after compinit."""
+    """docs/shells.md (Completion): source <(slurmenv completion zsh) after compinit."""
     if not shutil.which("zsh"):
         pytest.skip("zsh is needed (tests/run.sh installs it)")
     script_file = tmp_path / "slurmenv.zsh"

@@ -118,12 +118,12 @@ def test_an_output_that_fits_the_pipe_is_written_whole() -> None:
     assert head_c_7(synth.step_env(["n1", "n2"], [2, 2], 3)) == 0
 
 
-# -- docs/proofs.md: what the real cluster does not show -----------------------------------------
-def test_the_exceptions_proofs_md_names_are_the_harness_configuration() -> None:
-    """proofs.md says the cgroup evidence is not exercised because the test cluster runs no
+# -- docs/testing.md: what the real cluster does not show ----------------------------------------
+def test_the_exceptions_testing_md_names_are_the_harness_configuration() -> None:
+    """testing.md says the cgroup evidence is not exercised because the test cluster runs no
     cgroup plugin: true while the harness configures proctrack/linuxproc and task/none."""
     harness = page("tests/slurm_harness.py")
-    text = page("docs/proofs.md")
+    text = page("docs/testing.md")
     assert "ProctrackType=proctrack/linuxproc" in harness and "TaskPlugin=task/none" in harness
     assert "`proctrack/linuxproc`" in text and "`task/none`" in text
     assert "`tests/test_real_topology.py`" in text
@@ -137,7 +137,7 @@ EXIT_STATUSES = {
         ["test_real_docs_claims.py::test_taking_the_output_first_fails_closed"],
     ("docs/debugging.md", "and exits with status 1"):
         ["test_show.py::test_one_line_error_sorts_in_place"],
-    ("docs/debugging.md", "The exit status is 0 when no check gives an error"):
+    ("docs/doctor.md", "The exit status is 0 when no check gives an error"):
         ["test_doc_claims.py::test_doctor_exit_status"],
     ("docs/api.md", "so the task can exit with status 0 and the step end"):
         ["test_tf_roles.py::test_serve_returns_once_the_chief_stops_listening",
@@ -150,6 +150,8 @@ EXIT_STATUSES = {
         ["test_stepcheck.py::test_doctor_step_prints_the_report_and_exits_1_when_not_sound",
          "test_stepcheck.py::test_exec_preflight_starts_the_command_only_in_a_sound_step",
          "test_real_stepcheck.py::test_kill_on_bad_exit_ends_the_step"],
+    ("docs/options.md", "Exit status 1 in every task when the step is not sound"):
+        ["test_stepcheck.py::test_doctor_step_prints_the_report_and_exits_1_when_not_sound"],
     ("docs/debugging.md", "(`dump` exits 0)"):
         ["test_dump.py::test_an_error_is_recorded_and_replayed"],
     ("docs/design.md", "write_output (all of it, or exit status 1)"):
@@ -208,7 +210,7 @@ def test_every_exit_status_a_page_states_is_tested() -> None:
 
 
 def test_doctor_exit_status() -> None:
-    """docs/debugging.md: 0 when no check gives an error, 1 otherwise."""
+    """docs/doctor.md: 0 when no check gives an error, 1 otherwise."""
     def doctor(dump: str) -> int:
         return subprocess.run([sys.executable, "-m", "slurmenv", "doctor", "--from",
                                str(ROOT / "tests" / "dumps" / dump)], capture_output=True,
@@ -230,3 +232,109 @@ def test_another_checkout_stops_the_session_with_status_1(tmp_path: Path) -> Non
         timeout=300, check=False)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "not testing this checkout" in proc.stdout + proc.stderr
+
+
+# -- docs/troubleshooting.md: symptoms point at real doctor checks -------------------------------
+def test_every_symptom_names_a_real_doctor_check() -> None:
+    """Each entry of "By symptom" names at least one check, by the label doctor prints, and
+    every `label` it names in "check(s) ..." is a registered check's."""
+    from slurmenv.doctor import checks, registry
+
+    assert checks.diagnose is not None  # registers the checks
+    labels = {entry.label for entry in registry.ENTRIES}
+    text = page("docs/troubleshooting.md")
+    section = text.split("## By symptom", 1)[1].split("\n## ", 1)[0]
+    entries = [e for e in section.split("\n- ")[1:]]
+    for symptom in ("hangs at `init_process_group`", "Every rank says it is rank 0",
+                    "`Address already in use`"):
+        assert any(symptom in e for e in entries), symptom
+    for entry in entries:
+        flat = " ".join(entry.split())
+        named = re.findall(r"[Cc]heck(?:s)? `([^`]+)`|`([^`]+)` \(", flat)
+        named = [a or b for a, b in named]
+        assert [n for n in named if n in labels], f"names no doctor check: {flat[:80]}"
+        cited = re.findall(r"[Cc]heck(?:s)? `([^`]+)`", flat)
+        assert set(cited) <= labels, (cited, labels)
+
+
+def test_the_variable_table_names_every_variable_slurmenv_sets() -> None:
+    """docs/variables.md has a row for every variable of every --for set."""
+    rows = [line for line in page("docs/variables.md").splitlines() if line.startswith("| `")]
+    named = {name for row in rows for name in re.findall(r"`([A-Z][A-Z0-9_]+)`",
+                                                          row.split("|")[1])}
+    every = {name for names in slurmenv.OUTPUTS.values() for name in names}
+    assert named == every
+
+
+# -- docs/options.md: every option and variable of every command ---------------------------------
+def test_options_md_names_every_option_of_every_command_and_every_variable() -> None:
+    """The page promises every option of every command (from the parsers) and every
+    SLURMENV variable: each SLURMENV name in slurmenv's source is on it, and each option the
+    completion scripts offer (read from the same parsers) is on it."""
+    from slurmenv import completion
+
+    text = page("docs/options.md")
+    source = " ".join(p.read_text(encoding="utf-8") for p in (ROOT / "slurmenv").rglob("*.py"))
+    variables = set(re.findall(r"[\"'](SLURMENV(?:_[A-Z_]+)?)[\"']", source))
+    assert {"SLURMENV_STEP_TIMEOUT", "SLURMENV_DEBUG", "SLURMENV_PORT"} <= variables
+    assert [v for v in sorted(variables) if f"`{v}`" not in text] == []
+    flags = {name for command in completion.commands() for option in command.options
+             for name in option.names if name.startswith("--")}
+    assert {"--preflight", "--step-timeout", "--one-line", "--probe", "--dry-run"} <= flags
+    assert [f for f in sorted(flags) if f"`{f}" not in text and f != "--help"] == []
+
+
+def test_testing_md_lists_the_debian_packages_run_sh_installs() -> None:
+    script = page("tests/run.sh")
+    loop = re.search(r"for pkg in (.*?); do", script, re.DOTALL)
+    assert loop is not None
+    installed = loop.group(1).replace("\\\n", " ").split()
+    text = " ".join(page("docs/testing.md").split())
+    listed = re.search(r"installs the packages `([^`]*)` that are missing", text)
+    assert listed is not None and listed.group(1).split() == installed
+
+
+def test_doctor_colours_as_debugging_md_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """debugging.md: colour only on a terminal and never with NO_COLOR, unless --color always."""
+    from slurmenv.doctor import report
+
+    class Terminal:
+        def isatty(self) -> bool:
+            return True
+
+    assert "unless `--color always` asks for colour" in " ".join(page("docs/debugging.md").split())
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert report.use_colour("auto", Terminal()) and not report.use_colour("auto", object())
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not report.use_colour("auto", Terminal()) and report.use_colour("always", object())
+
+
+# -- docs/variables.md: who reads each variable, in the frameworks' own sources ------------------
+#: (package, file in it) whose source the page names -> the variables the page says it reads
+READERS = {
+    ("torch", "distributed/rendezvous.py"): ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"),
+    ("accelerate", "state.py"): ("LOCAL_RANK", "WORLD_SIZE"),
+    ("lightning", "fabric/plugins/environments/lightning.py"): (
+        "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT"),
+    ("tensorflow", "python/distribute/cluster_resolver/tfconfig_cluster_resolver.py"): (
+        "TF_CONFIG",),
+}
+#: how the page names each package's reader
+NAMED = {"torch": "torch/distributed/rendezvous.py", "accelerate": "accelerate/state.py",
+         "lightning": "LightningEnvironment", "tensorflow": "TFConfigClusterResolver"}
+
+
+@pytest.mark.parametrize("where", list(READERS), ids=lambda w: w[0])
+def test_the_readers_variables_md_names_read_them(where: tuple[str, str]) -> None:
+    """Read where the page says, at the installed versions (tests/versions.txt; the package's
+    files are read, not imported): each name is a string in the reader's source."""
+    import importlib.util
+
+    package, file = where
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip(f"{package} is not installed (tests/run.sh installs it)")
+    source = (Path(next(iter(spec.submodule_search_locations))) / file).read_text(encoding="utf-8")
+    assert [name for name in READERS[where]
+            if f"'{name}'" not in source and f'"{name}"' not in source] == []
+    assert NAMED[package] in page("docs/variables.md")

@@ -98,7 +98,7 @@ def test_a_new_doctor_check_appears_in_the_table(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(registry, "ENTRIES", list(registry.ENTRIES))
     registry.check("new", "new check", "what the new check looks at")(lambda ctx: None)
     assert registry.markdown().splitlines()[-1] == "| `new check` | what the new check looks at |"
-    text = (ROOT / "docs" / "debugging.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "doctor.md").read_text(encoding="utf-8")
     assert doc_tables.regenerated(text) != text
 
 

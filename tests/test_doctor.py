@@ -536,7 +536,7 @@ def test_the_probe_records_whether_lightning_is_installed(monkeypatch: pytest.Mo
 
 def test_replaying_a_dump_never_looks_at_lightning_here(monkeypatch: pytest.MonkeyPatch) -> None:
     """The Lightning line of a replayed dump comes from the dump, whatever this machine has
-    installed: docs/debugging.md shows it, regenerated on any machine."""
+    installed: docs/doctor.md shows it, regenerated on any machine."""
     from slurmenv import dump
 
     loaded = dump.load(os.path.join(os.path.dirname(__file__), "dumps", "healthy-rank0.json"))

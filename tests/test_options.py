@@ -190,7 +190,8 @@ def test_torchrun_passes_its_options_to_the_resolution() -> None:
 
 def test_docs_page_is_the_table() -> None:
     page = (ROOT / "docs" / "options.md").read_text(encoding="utf-8")
-    assert page == options.markdown(), f"regenerate it: {options.REGENERATE}"
+    # then each command's own options and the other variables (tests/doc_tables.py)
+    assert page.startswith(options.markdown()), f"regenerate it: {options.REGENERATE}"
     for row in TABLE:
         assert f"`{row.variable}`" in page and f"`{row.flag}" in page
 

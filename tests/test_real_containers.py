@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -161,6 +163,37 @@ def test_exec_on_the_host_reaches_the_program_inside(
                                   *PRINT_ENV], env=ENV, timeout=TIMEOUT)
     got = assert_every_task_got_its_values(res, 4)
     assert got[1]["NODE_RANK"] == "1"  # cyclic: rank 1 on the second node
+
+
+def charliecloud_lines() -> list[str]:
+    """The ``srun`` lines of docs/containers.md's Charliecloud batch script."""
+    text = (ROOT / "docs" / "containers.md").read_text(encoding="utf-8")
+    section = text.split("## Charliecloud", 1)[1].split("\n## ", 1)[0]
+    return [line for block in re.findall(r"```(?:bash|sh)\n(.*?)```", section, re.DOTALL)
+            for line in block.splitlines() if line.startswith("srun ")]
+
+
+def test_the_page_shows_the_charliecloud_lines() -> None:
+    assert len(charliecloud_lines()) == 2
+
+
+@pytest.mark.parametrize("line", charliecloud_lines())
+def test_the_documented_charliecloud_lines_run(
+    slurm_cluster: SlurmCluster, image: Path, line: str, tmp_path: Path
+) -> None:
+    """Each line as written in a batch job, the image and the program aside: ``ch-run "$IMG"
+    --`` is this test's image (the host's /usr bound in), ``python train.py`` prints the
+    environment inside; srun labels the output."""
+    (tmp_path / "train.py").write_text(SHOW)
+    run = (line.replace('ch-run "$IMG" --', shlex.join(ch_run(image, f"-b{tmp_path}:/mnt")))
+           .replace("python train.py", f"{PYTHON} /mnt/train.py")
+           .replace("srun ", "srun --label ", 1))
+    assert "ch-run " in run and "/mnt/train.py" in run, run
+    script = f"#!/bin/bash\nexport PATH={shlex.quote(ENV['PATH'])}\n{run}\n"
+    job = slurm_cluster.sbatch(script, ["-N2", "-n4", "-w", "r1n[09-10]"], env=ENV,
+                               timeout=TIMEOUT)
+    res = SrunResult(job.returncode, job.stdout, job.stderr, parse_labels(job.stdout))
+    assert_every_task_got_its_values(res, 4)
 
 
 def test_slurmenv_inside_the_image(slurm_cluster: SlurmCluster, image: Path) -> None:

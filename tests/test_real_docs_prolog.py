@@ -1,7 +1,7 @@
 """Every documented ``srun --task-prolog`` line fails closed, on the real Slurm cluster (issue 30),
 and a refusal stops the frameworks where Slurm starts the task anyway (issue 26).
 
-Each ``srun … --task-prolog=…`` line of the README's and docs/task-prolog.md's ``sh`` blocks runs
+Each ``srun … --task-prolog=…`` line of the README's and every docs/ page's code blocks runs
 as written (only ``python train.py`` replaced by this test's program) in a batch job, with
 ``slurmenv-task-prolog``
 
@@ -35,15 +35,28 @@ OLD_LINE = ("srun --kill-on-bad-exit=1 --task-prolog=$(command -v slurmenv-task-
             "python train.py")
 
 
-def documented_lines() -> list[str]:
-    """The ``srun … --task-prolog=`` lines of the ``sh`` code blocks of the README and
-    docs/task-prolog.md."""
+#: Container runtimes: their lines are run by tests/test_real_containers.py (Charliecloud) or
+#: cited from the runtime's sources (Apptainer, pyxis), as docs/containers.md says.
+RUNTIMES = ("ch-run ", "apptainer ", "--container-image")
+
+
+def every_line() -> list[str]:
+    """The ``srun … --task-prolog=`` lines of the ``sh`` and ``bash`` code blocks of the README
+    and of every page of docs/ (the changelog aside: it keeps what was true then)."""
     lines = []
-    for page in (ROOT / "README.md", ROOT / "docs" / "task-prolog.md"):
-        for block in re.findall(r"```sh\n(.*?)```", page.read_text(), flags=re.DOTALL):
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    for page in pages:
+        if page.name == "CHANGELOG.md":
+            continue
+        for block in re.findall(r"```(?:sh|bash)\n(.*?)```", page.read_text(), flags=re.DOTALL):
             lines += [line for line in block.splitlines()
                       if line.startswith("srun ") and "--task-prolog=" in line]
     return lines
+
+
+def documented_lines() -> list[str]:
+    """The lines this test runs: every page's, those of container runtimes aside."""
+    return [line for line in every_line() if not any(r in line for r in RUNTIMES)]
 
 
 LINES = documented_lines()
@@ -51,7 +64,9 @@ LINES = documented_lines()
 
 def test_the_pages_document_the_closed_form() -> None:
     assert len(LINES) >= 3  # README, and task-prolog.md's top and batch examples
-    assert all("|| echo /slurmenv-task-prolog-not-on-PATH" in line for line in LINES), LINES
+    assert len(every_line()) >= 5  # and docs/containers.md's Charliecloud and Apptainer lines
+    assert all("|| echo /slurmenv-task-prolog-not-on-PATH" in line for line in every_line()), (
+        every_line())
 
 
 def job(line: str, case: str, tmp: Path) -> str:

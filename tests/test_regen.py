@@ -66,7 +66,7 @@ def test_the_command_rewrites_every_kind_of_page(tmp_path: Path) -> None:
     assert check.returncode == 1, check.stderr
     assert check.stdout.count("out of date: ") == 3 and "plain.md" not in check.stdout
     assert run(tmp_path).returncode == 0
-    assert (tmp_path / "docs" / "options.md").read_text(encoding="utf-8") == options.markdown()
+    assert (tmp_path / "docs" / "options.md").read_text(encoding="utf-8") == doc_tables.options_page()
     text = table.read_text(encoding="utf-8")
     assert "| stale |" not in text and text.startswith("x\n") and text.endswith("\ny\n")
     assert "export RANK='5';\nexport LOCAL_RANK='1';" in example.read_text(encoding="utf-8")

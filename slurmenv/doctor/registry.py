@@ -3,7 +3,7 @@
 A check is one function ``(Context) -> Check`` registered with :func:`check` in a topic
 module of ``checks/``; ``checks/__init__.py``'s ``ORDER`` puts them in the order of the report
 (:func:`order`). Each says in one line what it looks at: :func:`markdown` makes
-docs/debugging.md's table of them.
+docs/doctor.md's table of them.
 
 The guard every check would otherwise open with is declared in its record and run once, by
 ``checks.diagnose``: a check with ``resolution=True`` is not called without a resolution (its
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 class Entry(NamedTuple):
     """One check: ``name`` is the key in ``Check.name`` and JSON, ``label`` what text output
-    shows, ``looks_at`` docs/debugging.md's row; the rest is its shared guard (see above)."""
+    shows, ``looks_at`` docs/doctor.md's row; the rest is its shared guard (see above)."""
 
     name: str
     label: str
@@ -100,7 +100,7 @@ def order(names: Sequence[str]) -> None:
 
 
 def markdown() -> str:
-    """docs/debugging.md's table: every check (in print order) and what it looks at."""
+    """docs/doctor.md's table: every check (in print order) and what it looks at."""
     lines = ["| check | what it looks at |", "|---|---|"]
     lines += [f"| `{entry.label}` | {entry.looks_at} |" for entry in ENTRIES]
     return "\n".join(lines)
