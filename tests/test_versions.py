@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class Pin(NamedTuple):
-    kind: str  # pip (this interpreter), wheel (an MPI venv of tests/mpi_builds.py), debian
+    kind: str  # pip (this interpreter), wheel (an MPI venv of tests/mpi_builds.py), debian,
+    # source (a Slurm release tests/build_slurm.sh built)
     package: str
     version: str
     product: str
@@ -64,6 +65,10 @@ def installed(pin: Pin) -> str | None:
             [str(python), "-c", code, pin.package],
             capture_output=True, text=True, timeout=60, check=False)
         return proc.stdout.strip().split("+")[0] or None
+    if pin.kind == "source":
+        from slurm_harness import release_built
+
+        return pin.version if release_built(pin.version) else None
     assert pin.kind == "debian", pin
     if shutil.which("dpkg-query") is None:
         return None
