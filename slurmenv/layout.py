@@ -147,6 +147,19 @@ def place(
     return _arbitrary(counts, hosts, hostfile)
 
 
+def ordered_block(counts: Sequence[int], order: Sequence[int]) -> Placement:
+    """Block layout over the nodes taken in ``order`` (node indices): Slurm 26.05's layout of a
+    block or default step under a topology plugin (``launchers/topology.py``)."""
+    node_of = [0] * total(counts)
+    local_of = [0] * len(node_of)
+    rank = 0
+    for node in order:
+        for local in range(counts[node]):
+            node_of[rank], local_of[rank] = node, local
+            rank += 1
+    return Placement(node_of, local_of)
+
+
 def total(counts: Sequence[int]) -> int:
     """``sum(counts)``, at the cost of a comparison per node when all counts are equal."""
     first = counts[0] if counts else 0

@@ -31,7 +31,8 @@ from slurm_harness import SlurmCluster, SlurmUnavailable
 GPU_NODES = ("g1n1", "g1n2")
 GPUS_PER_NODE = 4
 REQUIRE_VAR = "SLURMENV_REQUIRE_CLUSTER"
-CLUSTER_FIXTURES = ("slurm_cluster", "slurm_gpu_cluster", "slurm_prolog_cluster", "slurm_release")
+CLUSTER_FIXTURES = ("slurm_cluster", "slurm_gpu_cluster", "slurm_prolog_cluster", "slurm_release",
+                    "slurm_topology_cluster")
 SKIPPED_IN_CI = "skipped, a failure in CI"
 
 

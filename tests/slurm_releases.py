@@ -90,25 +90,11 @@ def releases(spec: str) -> tuple[str, ...]:
     return named
 
 
-#: the batch script's and the interactive step's ids, printed signed from 26.05 on
-SIGNED_STEP_IDS = (
-    "issue 33, item 4: Slurm 26.05 sets SLURM_STEP_ID=-5 in the batch script (-6 in the "
-    "interactive step), and the resolver does not know these ids yet")
-
 #: slurmenv bugs a release reveals, to be fixed elsewhere: (test file, test function) -> (the
 #: first release it fails on, why). tests/conftest.py marks each case there xfail(strict=True)
 #: (an unexpected pass fails: remove the entry then), and docs/releases.md's table says so.
-KNOWN_FAILURES: dict[tuple[str, str], tuple[str, str]] = {
-    ("test_real_cluster.py", "test_batch_script_is_refused"): ("26.05", SIGNED_STEP_IDS),
-    ("test_real_cluster.py", "test_interactive_step_is_a_single_process"): (
-        "26.05", SIGNED_STEP_IDS),
-    ("test_real_fail_closed.py", ("test_one_task_batch_script_resolves_and_cannot_mislead_later_"
-     "steps")): ("26.05", SIGNED_STEP_IDS),
-    ("test_real_fail_closed.py", "test_other_jobs_are_still_refused_in_the_batch_script"): (
-        "26.05", SIGNED_STEP_IDS),
-    ("test_real_task_prolog.py", ("test_site_prolog_trains_an_opted_in_batch_job_and_spares_its_"
-     "batch_step")): ("26.05", SIGNED_STEP_IDS),
-}
+#: Empty: 26.05's signed step ids (issue 33 item 4), the last entries, are handled.
+KNOWN_FAILURES: dict[tuple[str, str], tuple[str, str]] = {}
 
 
 def known_failure(module: str, function: str, version: str) -> str | None:

@@ -36,7 +36,7 @@ import hostlist
 DEFAULT_JOB_ID = 4242
 DEFAULT_STEP_ID = 0
 INTERACTIVE_STEP_ID = 4294967290
-BATCH_STEP_ID = 4294967294
+BATCH_STEP_ID = 4294967291  # SLURM_BATCH_SCRIPT (0xfffffffb)
 
 # Variables whose presence in the test runner's own environment would leak into a resolution.
 _LEAKY_PREFIXES = ("SLURM", "SLURMENV_", "TORCHELASTIC_", "PMI_", "OMPI_")

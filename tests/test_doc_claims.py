@@ -126,8 +126,8 @@ def test_the_exceptions_testing_md_names_are_the_harness_configuration() -> None
     text = page("docs/testing.md")
     assert "ProctrackType=proctrack/linuxproc" in harness and "TaskPlugin=task/none" in harness
     assert "`proctrack/linuxproc`" in text and "`task/none`" in text
-    assert "test_topology_ordered_layout_is_detected" in text
-    assert "def test_topology_ordered_layout_is_detected(" in page("tests/test_resolve.py")
+    assert "`tests/test_real_topology.py`" in text
+    assert "slurm_topology_cluster" in page("tests/test_real_topology.py")
 
 
 # -- every exit status a page states is held by a test ---------------------------------------

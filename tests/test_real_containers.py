@@ -38,6 +38,7 @@ pytestmark = pytest.mark.slurm
 FEATURES = {
     "containers: Charliecloud `ch-run`, PID and network namespaces": ("debian", [
         "test_the_image_has_no_slurmenv",
+        "test_the_documented_charliecloud_lines_run",
         "test_ch_run_shares_the_pid_and_network_namespaces",
         "test_the_task_prolog_reaches_the_program_inside",
         "test_exec_on_the_host_reaches_the_program_inside",

@@ -19,6 +19,14 @@ from slurm_harness import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 
+#: what each test proves, on which release (tests/slurm_releases.py: docs/releases.md's table)
+FEATURES = {
+    "the README's example (`examples/train.sbatch`) trains and is verified": (
+        "debian+newest", ["test_the_example_trains_on_two_nodes"]),
+    "each launch form of the README trains": (
+        "debian", ["test_each_launch_form_of_the_readme_trains"]),
+}
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 BIN = Path(sys.executable).parent

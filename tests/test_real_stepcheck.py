@@ -39,6 +39,9 @@ FEATURES = {
         "test_a_task_that_exits_before_the_check_is_named", "test_a_rank_started_twice_is_named",
         "test_kill_on_bad_exit_ends_the_step", "test_the_check_runs_under_mpi_launchers",
         "test_the_check_runs_under_pals"]),
+    "the step check starts every task or none across start-up skews": ("debian+newest", [
+        "test_a_skew_across_the_timeout_starts_every_task",
+        "test_a_task_later_than_the_timeout_starts_none"]),
 }
 
 SE = f"{sys.executable} -m slurmenv"

@@ -157,7 +157,7 @@ def batch_script_env(**extra: str) -> dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize("step", [None, "4294967294", "4294967291"])
+@pytest.mark.parametrize("step", [None, "4294967291", "4294967292", "4294967293", "-5", "-4", "-3"])
 def test_batch_script_refused(step: str | None) -> None:
     env = batch_script_env() if step is None else batch_script_env(SLURM_STEP_ID=step)
     with pytest.raises(SlurmEnvError) as info:
@@ -165,6 +165,45 @@ def test_batch_script_refused(step: str | None) -> None:
     text = str(info.value)
     assert "srun bash -c" in text and "rank 0" in text
     assert info.value.variable == "SLURM_STEP_ID"
+
+
+@pytest.mark.parametrize("step", [None, "4294967291", "-5"])
+def test_batch_script_of_one_task_is_one_process_on_every_release(step: str | None) -> None:
+    """sbatch -n1: 22.05 leaves SLURM_STEP_ID unset in the batch script, 26.05 sets -5
+    (SLURM_BATCH_SCRIPT printed signed) in SLURM_STEP_ID and SLURM_STEPID."""
+    env = synth.step_env(["n1"], [1], 0)
+    for name in list(env):
+        if name.startswith("SLURM_STEP") or name in ("SLURM_GTIDS", "SLURM_LOCALID"):
+            del env[name]
+    if step is not None:
+        env.update(SLURM_STEP_ID=step, SLURM_STEPID=step)
+    res = resolve(env)
+    assert res.launcher == "slurm-one-task-job"
+    assert (res.rank, res.world_size) == (0, 1)
+
+
+def test_multi_task_batch_script_of_26_05_is_outside_any_step() -> None:
+    env = batch_script_env(SLURM_STEP_ID="-5", SLURM_STEPID="-5")
+    with pytest.raises(SlurmEnvError) as info:
+        resolve(env)
+    assert "outside any job step" in str(info.value)
+    assert (info.value.variable, info.value.value) == ("SLURM_STEP_ID", "-5")
+
+
+def test_special_step_ids_match_slurm_h() -> None:
+    """slurm/slurm.h of 22.05 and 26.05: SLURM_PENDING_STEP 0xfffffffd, SLURM_EXTERN_CONT
+    0xfffffffc, SLURM_BATCH_SCRIPT 0xfffffffb, SLURM_INTERACTIVE_STEP 0xfffffffa."""
+    from slurmenv.launchers import base
+
+    assert (base.PENDING_STEP, base.EXTERN_STEP, base.BATCH_STEP, base.INTERACTIVE_STEP) == (
+        4294967293, 4294967292, 4294967291, 4294967290)
+    assert base.printed(base.BATCH_STEP) == ("4294967291", "-5")
+
+
+@pytest.mark.parametrize("step", [str(synth.INTERACTIVE_STEP_ID), "-6"])
+def test_interactive_step_signed_or_not_is_one_process(step: str) -> None:
+    env = synth.step_env(["n1"], [1], 0, step_id=step)
+    assert resolve(env).launcher == "slurm-interactive-step"
 
 
 def test_interactive_step_is_one_process() -> None:
@@ -296,7 +335,9 @@ def test_topology_ordered_layout_is_detected() -> None:
     with pytest.raises(SlurmEnvError) as info:
         resolve(env)
     assert info.value.variable == "SLURM_DISTRIBUTION"
-    assert "-m block" in str(info.value)
+    # -m block is laid out the same way: the fix names layouts that are not
+    assert "-m cyclic" in str(info.value) and "-m block" not in str(info.value)
+    assert "where it puts ranks 0,1" in str(info.value)  # the ranks of the node it names
 
 
 # --- malformed input ----------------------------------------------------------------------------

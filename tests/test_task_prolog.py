@@ -66,7 +66,7 @@ def test_a_value_with_a_line_break_is_refused() -> None:
     assert status == 1 and refused(text)
 
 
-@pytest.mark.parametrize("step", ["", "4294967294", "4294967291", "4294967290"])
+@pytest.mark.parametrize("step", ["", "4294967291", "4294967292", "4294967290", "-5", "-4", "-6"])
 def test_outside_a_step_of_srun_tasks_it_sets_nothing_and_never_fails(step: str) -> None:
     env = {**STEP, "SLURM_STEP_ID": step, "SLURM_STEPID": step, "SLURMENV_PORT": "bogus"}
     assert taskprolog.run(env) == (0, "")
@@ -102,7 +102,7 @@ def test_an_unexpected_error_stops_the_task_with_a_reason(
 
 def test_the_site_shim_skips_the_same_steps_as_the_resolver() -> None:
     shim = (ROOT / "bin" / "slurmenv-site-prolog").read_text()
-    listed = re.search(r"case \$\{SLURM_STEP_ID:-\} in ''\|([0-9|]+)\)", shim)
+    listed = re.search(r"case \$\{SLURM_STEP_ID:-\} in ''\|([-0-9|]+)\)", shim)
     assert listed is not None
     assert sorted(listed.group(1).split("|")) == sorted(base.SPECIAL_STEPS)
 
@@ -154,7 +154,7 @@ def test_the_site_shim_reads_slurmenv_as_slurmenv_reads_a_flag(value: str) -> No
     assert out.stderr == ""  # it runs the prolog with stderr on /dev/null
 
 
-@pytest.mark.parametrize("step", ["", "4294967294", "4294967291", "4294967290"])
+@pytest.mark.parametrize("step", ["", "4294967291", "4294967292", "4294967290", "-5", "-4", "-6"])
 def test_the_site_shim_never_fails_outside_a_step_of_srun_tasks(step: str) -> None:
     out = run_shim(SHIM, {"SLURMENV": "maybe", "SLURM_STEP_ID": step, "SLURM_STEPID": step})
     assert (out.returncode, out.stdout) == (0, "")

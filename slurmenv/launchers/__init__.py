@@ -88,6 +88,7 @@ HELPERS = (
     "mpi",  # what openmpi, hydra and mvapich share
     "apinfo",  # the PALS apinfo file pals.py reads
     "table",  # the docs' launcher tables, from each module's CLAIMS
+    "topology",  # the node order of Slurm 26.05's block steps under a topology plugin
 )
 
 #: Variables of which at least one must be set for a launcher's ``detect`` to be true: the

@@ -15,11 +15,26 @@ from __future__ import annotations
 from .._compat import TYPE_CHECKING, NamedTuple  # not typing's: on export's path
 from ..errors import SlurmEnvError, check_host, parse_int, require
 
-INTERACTIVE_STEP = 4294967290  # salloc with LaunchParameters=use_interactive_step
-EXTERN_STEP = 4294967291
-BATCH_STEP = 4294967294
-#: Step IDs that are not a step of tasks started by srun.
-SPECIAL_STEPS = (str(INTERACTIVE_STEP), str(EXTERN_STEP), str(BATCH_STEP))
+#: Slurm's special step ids (``slurm/slurm.h``, the same in 22.05 and 26.05): not a step of
+#: srun tasks. 22.05 prints them unsigned (``4294967290``); 26.05 prints them signed (``-6``),
+#: and sets ``SLURM_STEP_ID=-5`` in the batch script, where 22.05 left it unset.
+PENDING_STEP = 0xFFFFFFFD  # SLURM_PENDING_STEP
+EXTERN_STEP = 0xFFFFFFFC  # SLURM_EXTERN_CONT: the extern step
+BATCH_STEP = 0xFFFFFFFB  # SLURM_BATCH_SCRIPT: the batch script
+INTERACTIVE_STEP = 0xFFFFFFFA  # SLURM_INTERACTIVE_STEP: salloc with use_interactive_step
+
+
+def printed(step: int) -> tuple[str, str]:
+    """How Slurm prints a special step id: unsigned (22.05) and signed (26.05)."""
+    return str(step), str(step - (1 << 32))
+
+
+#: Every printed form of the step ids that are not a step of srun tasks
+#: (bin/slurmenv-site-prolog lists the same; a test checks it).
+SPECIAL_STEPS = tuple(text for step in (INTERACTIVE_STEP, BATCH_STEP, EXTERN_STEP, PENDING_STEP)
+                      for text in printed(step))
+#: The step ids of no step of srun tasks but the interactive step, in both printed forms.
+OUTSIDE_STEPS = frozenset(printed(BATCH_STEP) + printed(EXTERN_STEP) + printed(PENDING_STEP))
 
 #: MPI rank/size variables that, when present with Slurm's, must agree with them for the
 #: SLURM_* to be this task's own (srun --mpi=pmi2|cray_shasta tasks carry both).
@@ -44,13 +59,13 @@ def in_job_outside_steps(environ: Mapping[str, str]) -> bool:
     if job_id(environ) is None:
         return False
     step = step_id(environ)
-    return step is None or step in (str(BATCH_STEP), str(EXTERN_STEP))
+    return step is None or step in OUTSIDE_STEPS
 
 
 def interactive_step(environ: Mapping[str, str]) -> bool:
     """salloc's interactive step (``LaunchParameters=use_interactive_step``): one process."""
     step = step_id(environ)
-    return job_id(environ) is not None and step is not None and step == str(INTERACTIVE_STEP)
+    return job_id(environ) is not None and step is not None and step in printed(INTERACTIVE_STEP)
 
 
 def slurm_step_is_own(environ: Mapping[str, str]) -> bool:

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from .. import layout, nodes, ports
 from .._compat import NamedTuple
 from ..errors import SlurmEnvError, parse_int, require
-from . import slurm
+from . import slurm, topology
 from .base import Task
 from .slurm import STEP_FIX, SlurmStep, parse_gtids
 
@@ -246,8 +246,28 @@ class HetStep(SlurmStep):
             )
         return placed
 
+    def topology_order(self) -> list[int] | None:
+        """Refused, alike in every task, when a topology would reorder a component's nodes
+        (Slurm 26.05, ``topology.py``): not reproduced for heterogeneous steps."""
+        dist = self.distribution
+        if not isinstance(dist, layout.Distribution) or dist.kind not in ("block", "default"):
+            return None
+        for part in self.parts:
+            hosts = self.order[part.first_node : part.first_node + part.nnodes]
+            order = topology.node_order(self.environ, hosts).order
+            if order is not None and order != sorted(order):
+                raise SlurmEnvError(
+                    f"component {part.component} of this heterogeneous step spans nodes "
+                    f"{','.join(hosts)}, which Slurm 26.05 fills in topology order; slurmenv "
+                    "does not reproduce that for heterogeneous steps",
+                    variable="SLURM_STEP_NODELIST", value=self.nodelist,
+                    fix="run the components as separate steps, or pass -m cyclic to srun",
+                )
+        return None
+
     def check_self(self) -> None:
         """This task's node name, node ID, local rank and SLURM_GTIDS against the model."""
+        self.topology_order()
         name = self.environ.get("SLURMD_NODENAME")
         if name and self.order[self.nodeid] != name:
             raise SlurmEnvError(

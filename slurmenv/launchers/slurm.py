@@ -23,7 +23,7 @@ VARIABLES = (
     "SLURM_STEP_NUM_NODES", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE",
     "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_GTIDS", "SLURMD_NODENAME",
     "SLURM_DISTRIBUTION", "SLURM_DIST_PLANESIZE", "SLURM_HOSTFILE", "SLURM_STEP_RESV_PORTS",
-    "SLURM_HET_SIZE", "SLURM_PACK_SIZE",
+    "SLURM_HET_SIZE", "SLURM_PACK_SIZE", "SLURM_JOB_SLUID", "SLURM_CONF",
 )  # fmt: skip
 PREFIXES = ("SLURM_JOB_NODELIST_HET_GROUP_", "SLURM_JOB_NODELIST_PACK_GROUP_")
 FALLBACK = False  # not the single-process default (contract.Launcher)
@@ -127,6 +127,7 @@ class SlurmStep(Topology):
         self.distribution = layout.parse_distribution(environ)
         self._nodes: nodes.NodeList | None = None
         self._placement: layout.Placement | layout.UnknownLayout | None = None
+        self._order: tuple[list[int] | None, str] | None = None
         self.counts = self._node_order(self.counts)
         self._check_counts()
 
@@ -186,14 +187,36 @@ class SlurmStep(Topology):
     def hosts(self) -> list[str]:
         return self.node_list().names()
 
+    def topology_order(self) -> list[int] | None:
+        """The order Slurm fills this step's nodes in (None: the listed order): a topology's
+        for a block or default step on Slurm 26.05 (``topology.py``); refuses, alike in every
+        task, when it cannot be known."""
+        dist = self.distribution
+        if not isinstance(dist, layout.Distribution) or dist.kind not in ("block", "default") \
+                or self.nnodes < 2:
+            return None
+        if self._order is None:
+            if not self.environ.get("SLURM_JOB_SLUID"):  # before 26.05 (topology.py, unread)
+                self._order = (None, "node-list order (Slurm before 26.05)")
+            else:
+                from . import topology
+
+                found = topology.node_order(self.environ, self.hosts())
+                self._order = (found.order, found.why)
+        order = self._order[0]
+        return None if order is None or order == sorted(order) else order
+
     def placement(self) -> layout.Placement | layout.UnknownLayout:
         """The layout, or UnknownLayout with the reason it cannot be known."""
         if self._placement is None:
             dist = self.distribution
+            order = self.topology_order()
             if isinstance(dist, layout.UnknownLayout):
                 self._placement = dist
             elif dist.kind == "arbitrary":
                 self._placement = self._arbitrary()
+            elif order is not None:
+                self._placement = layout.ordered_block(self.counts, order)
             else:
                 self._placement = layout.place(self.counts, dist)
         return self._placement
@@ -236,6 +259,9 @@ class SlurmStep(Topology):
         dist = self.distribution
         if isinstance(dist, layout.UnknownLayout):
             return "unknown"
+        if self._order is not None and self.topology_order() is not None:
+            kind = "block (Slurm's default)" if dist.kind == "default" else "block"
+            return f"{kind} in topology order ({self._order[1]})"
         if dist.kind == "default":
             return ("block" if self.ntasks > self.nnodes else "cyclic") + " (Slurm's default)"
         if dist.kind == "plane":
@@ -243,7 +269,9 @@ class SlurmStep(Topology):
         return dist.kind
 
     def check_self(self) -> None:
-        """This task's own SLURM_NODEID/LOCALID/GTIDS must agree with the computed layout."""
+        """This task's own SLURM_NODEID/LOCALID/GTIDS must agree with the computed layout,
+        whose node order (a topology's, ``topology_order``) every task decides alike first."""
+        order = self.topology_order()
         gtids_text = self.environ.get("SLURM_GTIDS")
         gtids = None
         if gtids_text:
@@ -261,7 +289,7 @@ class SlurmStep(Topology):
         if isinstance(dist, layout.UnknownLayout):
             return
         expected: list[int] | None = None
-        if dist.kind == "arbitrary":
+        if dist.kind == "arbitrary" or order is not None:
             placed = self.placement()
             if isinstance(placed, layout.UnknownLayout):
                 return
@@ -286,15 +314,21 @@ class SlurmStep(Topology):
                 "step or node; run slurmenv in the srun task itself, where Slurm sets it",
             )
         if node != self.nodeid or local != self.localid or (gtids is not None and gtids != expected):
+            there = expected if node == self.nodeid else None
+            if there is None and gtids is not None:  # the ranks of the node the layout names
+                placed = self.placement()
+                there = placed.ranks_on(node) if isinstance(placed, layout.Placement) \
+                    else layout.ranks_on(self.counts, dist, node)
             raise SlurmEnvError(
                 f"Slurm placed this task (rank {self.procid}) on node {self.nodeid} as local rank "
                 f"{self.localid} with ranks {gtids_text} there, but the {self.layout_name()} layout "
                 f"puts it on node {node} as local rank {local}"
-                + (f" with ranks {','.join(map(str, expected))}" if expected is not None else ""),
+                + (f", where it puts ranks {','.join(map(str, there))}" if there else ""),
                 variable="SLURM_DISTRIBUTION",
                 value=self.environ.get("SLURM_DISTRIBUTION"),
-                fix="this layout is not one slurmenv can reproduce (a topology-ordered block "
-                "layout?); pass -m block, -m cyclic or -m plane=N to srun",
+                fix="slurmenv cannot reproduce this layout: do not set SLURM_DISTRIBUTION or "
+                "SLURM_GTIDS by hand; else pass -m cyclic or -m plane=N to srun, or -m arbitrary "
+                "with a host file",
             )
 
     def _wrong_node(self, name: str) -> SlurmEnvError:
@@ -304,7 +338,8 @@ class SlurmStep(Topology):
         message = (f"SLURM_NODEID={self.nodeid} is {listed} in SLURM_STEP_NODELIST but this node "
                    f"is {name} (SLURMD_NODENAME)")
         dist = self.distribution
-        if isinstance(dist, layout.Distribution) and dist.kind != "arbitrary":
+        if isinstance(dist, layout.Distribution) and dist.kind != "arbitrary" \
+                and self.topology_order() is None:
             node, _ = layout.locate(self.counts, dist, self.procid)
             if node != self.nodeid and self.node_list()[node] == name:
                 return SlurmEnvError(
@@ -316,9 +351,11 @@ class SlurmStep(Topology):
         return SlurmEnvError(message, variable="SLURMD_NODENAME", value=name, fix=STEP_FIX)
 
     def master_node(self) -> str:
-        """The node holding rank 0: the first node for block, cyclic and plane layouts."""
+        """The node holding rank 0: the first node for block, cyclic and plane layouts in
+        node-list order."""
         dist = self.distribution
-        if isinstance(dist, layout.Distribution) and dist.kind != "arbitrary":
+        if isinstance(dist, layout.Distribution) and dist.kind != "arbitrary" \
+                and self.topology_order() is None:
             return self.node_list()[0]
         return self.node_list()[self.known().node_of[0]]
 
