@@ -146,7 +146,7 @@ EXIT_STATUSES = {
         ["test_real_tf_roles.py::test_parameter_server_training_ends_with_the_chief"],
     ("docs/debugging.md", "# a report, exit status 1 if not sound"):
         ["test_stepcheck.py::test_doctor_step_prints_the_report_and_exits_1_when_not_sound"],
-    ("docs/debugging.md", "Every task exits with status 1 when the step is not sound"):
+    ("docs/step-check.md", "Every task exits with status 1 when the step is not sound"):
         ["test_stepcheck.py::test_doctor_step_prints_the_report_and_exits_1_when_not_sound",
          "test_stepcheck.py::test_exec_preflight_starts_the_command_only_in_a_sound_step",
          "test_real_stepcheck.py::test_kill_on_bad_exit_ends_the_step"],
@@ -291,7 +291,9 @@ def test_testing_md_lists_the_debian_packages_run_sh_installs() -> None:
     installed = loop.group(1).replace("\\\n", " ").split()
     text = " ".join(page("docs/testing.md").split())
     listed = re.search(r"installs the packages `([^`]*)` that are missing", text)
-    assert listed is not None and listed.group(1).split() == installed
+    assert listed is not None and [*listed.group(1).split(), "$build_packages"] == installed
+    builds = re.search(r'build_packages="([^"]+)"', script)
+    assert builds is not None and f"`$build_packages`: `{builds.group(1)}`" in text
 
 
 def test_doctor_colours_as_debugging_md_says(monkeypatch: pytest.MonkeyPatch) -> None:
