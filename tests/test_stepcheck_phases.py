@@ -196,13 +196,16 @@ def test_a_task_that_never_acknowledges_stops_every_task(monkeypatch: Any) -> No
     assert results["extra0"]["ok"] is True
     ok, lines = results[0]
     assert not ok  # rank 0 does not start
-    assert lines[1] == ("  all agreed, but 1 rank(s) did not acknowledge the verdict within 1 s "
-                        "(a link broke after the gathering): no task starts")
+    assert lines[1] == ("  all agreed, but 1 rank(s) did not acknowledge the verdict, or lost "
+                        "their link after it, within 1 s (a link broke after the gathering): no "
+                        "task starts")
     ok1, (line1,) = results[1]
     assert not ok1 and "the step does not start: not every task learnt the verdict" in line1
 
 
 def test_a_task_whose_link_breaks_after_its_ack_comes_back_for_the_go() -> None:
+    # rank 0 sends the go on live links only: it waits for the task to come back (a race
+    # before: the go could go out, and the listener close, while the task was away)
     port = free_port()
     envs = step([1, 1, 1], port)
     ident = protocol.identity(facts(envs[2]))
@@ -219,6 +222,26 @@ def test_a_task_whose_link_breaks_after_its_ack_comes_back_for_the_go() -> None:
                          extra=[lambda: speaks(port, facts(envs[2]), ack_then_break)])
     assert results[0][0] and results[1][0], results
     assert results["extra0"]["kind"] == "go"
+
+
+def test_a_task_whose_link_breaks_after_its_ack_and_stays_away_stops_every_task(
+        monkeypatch: Any) -> None:
+    monkeypatch.setattr(server, "ACK_SECONDS", 1.0)
+    port = free_port()
+    envs = step([1, 1, 1], port)
+    ident = protocol.identity(facts(envs[2]))
+
+    def ack_then_vanish(s: socket.socket, verdict: Any) -> Any:
+        s.sendall(ack(ident))
+        s.close()  # and never comes back: no go may go out while it is away
+        return verdict
+
+    results = check_step(envs, skip=(2,),
+                         extra=[lambda: speaks(port, facts(envs[2]), ack_then_vanish)])
+    ok, lines = results[0]
+    assert not ok and "lost their link after it" in lines[1], lines
+    ok1, _ = results[1]
+    assert not ok1
 
 
 def test_a_task_back_before_the_verdict_is_counted_once() -> None:

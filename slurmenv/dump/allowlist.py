@@ -26,6 +26,8 @@ SLURM_VARIABLES = (
     "SLURMD_TRES_BIND",
     # the task prolog keeps stderr empty under Slurm (SLURM_SCRIPT_CONTEXT=prolog_task)
     "SLURM_SCRIPT_CONTEXT",
+    # the step check's report names a topology plugin's pattern and this node's place in it
+    "SLURM_TOPOLOGY_ADDR", "SLURM_TOPOLOGY_ADDR_PATTERN",
 )  # fmt: skip
 
 #: Devices, threads and network choices (GPU binding, thread counts, doctor).

@@ -42,6 +42,7 @@ from .protocol import (
 
 HANDSHAKE_SECONDS = 5.0  # a connection must have said who it is within this
 ACK_SECONDS = 10.0  # every task acknowledges a sound verdict within this
+SETTLE_SECONDS = 0.1  # after the last acknowledgement: links that broke show before the go
 LINGER_SECONDS = 5.0  # rank 0 waits this long at most for every task to confirm the decision
 RESERVE_FDS = 64  # descriptors kept for everything but the tasks' connections
 
@@ -431,13 +432,27 @@ class Rank0:
                 self._decide_one(arrival)
         if not ok:
             return
-        self.pump(time.monotonic() + ACK_SECONDS, lambda: bool(self.outcome.abort_why) or
-                  self.acked == len(self.outcome.arrivals))
-        missing = [a for a in self.outcome.arrivals if not a.acked]
+        # every task acknowledged, and none whose link broke since is still away: the "go"
+        # goes out on live links only (a listener closed before the go cannot take it back)
+        deadline = time.monotonic() + ACK_SECONDS
+
+        def lost() -> bool:
+            return any(a.lost for a in self.outcome.arrivals)
+
+        def all_in() -> bool:
+            return bool(self.outcome.abort_why) or (
+                self.acked == len(self.outcome.arrivals) and not lost())
+
+        self.pump(deadline, all_in)
+        if all_in() and not self.outcome.abort_why:
+            # settle: a link that broke right after its acknowledgement shows now, before any go
+            self.pump(min(deadline, time.monotonic() + SETTLE_SECONDS), lost)
+            self.pump(deadline, all_in)
+        missing = [a for a in self.outcome.arrivals if not a.acked or a.lost]
         if missing and not self.outcome.abort_why:
             self.outcome.abort_why.append(
-                f"{len(missing)} rank(s) did not acknowledge the verdict within "
-                f"{ACK_SECONDS:g} s (a link broke after the gathering)")
+                f"{len(missing)} rank(s) did not acknowledge the verdict, or lost their link "
+                f"after it, within {ACK_SECONDS:g} s (a link broke after the gathering)")
 
     def decide(self, go_lines: Mapping[int, str], abort_lines: Mapping[int, str]) -> None:
         """Phase 2 (after a sound verdict): go when every task acknowledged it, else abort."""
