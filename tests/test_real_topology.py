@@ -43,6 +43,8 @@ FEATURES = {
         "26.05.3", ["test_cyclic_and_plane_keep_name_order",
                     "test_arbitrary_follows_the_host_file_under_a_topology",
                     "test_unreadable_topology_is_refused_in_every_task_and_cyclic_still_works"]),
+    "before 26.05: the same out-of-order topology/tree keeps name order, every task right": (
+        "23.11.11,24.11.7,25.11.7", ["test_before_26_05_a_topology_keeps_name_order"]),
     "torch meets through slurmenv with rank 0 reordered by the topology": (
         "26.05.3", ["test_torch_meets_through_slurmenv_under_a_reordering_topology"]),
     "26.05's signed step ids: the batch script (-5) and the interactive step (-6)": (
@@ -187,6 +189,29 @@ def test_block_and_default_steps_are_right_in_every_task(
         if args[:2] == ["-N4", "--ntasks-per-node=2"]:
             hosts = [got[r]["hostname"] for r in range(0, 8, 2)]
             assert hosts == ORDER[name], f"{name}: Slurm's order changed: {hosts}"
+
+
+def test_before_26_05_a_topology_keeps_name_order(slurm_release: str | None) -> None:
+    """23.11 to 25.11 have no topology layout (their source): under the leaf switches out of
+    name order that make 26.05 start on n2, rank 0 runs on n1 and every task is right."""
+    assert slurm_release is not None and slurm_release != RELEASE, slurm_release
+    if not release_built(slurm_release):
+        pytest.skip(f"Slurm {slurm_release} is not built (sh tests/build_slurm.sh {slurm_release})")
+    conf, topo = TOPOLOGIES["tree2"]
+    cluster = SlurmCluster(nodes=NODES, release=slurm_release, extra_conf=conf, topology=topo)
+    try:
+        cluster.start()
+    except SlurmUnavailable as exc:
+        pytest.skip(f"real Slurm cluster unavailable: {exc}")
+    try:
+        for args in STEPS[:3]:
+            got = run_step(cluster, args)
+            refused = [rank for rank, rec in got.items() if rec["rc"] != 0]
+            assert not refused, f"{slurm_release} {args}: {got[refused[0]]['error']}"
+            assert wrong_tasks(got) == [], f"{slurm_release} {args}"
+            assert got[0]["hostname"] == "n1", f"{slurm_release} {args}: rank 0 on {got[0]}"
+    finally:
+        cluster.stop()
 
 
 def test_batch_steps_over_part_of_the_jobs_nodes(
