@@ -45,7 +45,7 @@ CONSOLE_SCRIPT = """#!{python}
 # -*- coding: utf-8 -*-
 import re
 import sys
-from slurmenv.cli import entry_point
+from slurmenv.commands.main import entry_point
 if __name__ == '__main__':
     sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
     sys.exit(entry_point())
@@ -114,7 +114,7 @@ class Setup:
         self.script.chmod(0o755)
         self.prolog = workdir / "slurmenv-task-prolog"
         self.prolog.write_text(CONSOLE_SCRIPT.format(python=sys.executable).replace(
-            "from slurmenv.cli import", "from slurmenv.taskprolog import"))
+            "from slurmenv.commands.main import", "from slurmenv.commands.taskprolog import"))
         self.prolog.chmod(0o755)
         self.slurm_conf = workdir / "slurm.conf"
         self.slurm_conf.write_text(SLURM_CONF)

@@ -240,7 +240,7 @@ import sys, time
 t0 = time.perf_counter()
 import re
 t1 = time.perf_counter()
-from slurmenv.cli import main
+from slurmenv.commands.main import main
 t2 = time.perf_counter()
 import importlib
 for name in sys.argv[1:]:
@@ -259,7 +259,7 @@ print(t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, file=sys.stderr)
 """
 PHASE_NAMES = (
     "`import re` (the console script's first line; the floor has it too)",
-    "`from slurmenv.cli import main`: the package and the modules every command needs",
+    "`from slurmenv.commands.main import main`: the package and the modules every command needs",
     "the modules export imports on first use",
     "`resolve()`: read the step, expand the node list, place the tasks, derive",
     "`env('all')`: TF_CONFIG's workers as JSON, the thread and GPU variables",
@@ -315,7 +315,7 @@ def where_the_time_goes(
     py = venv.python()
     export = venv.export()
     floor_modules = {name for name, _ in importtime([*py, "-c", "import re"], env)}
-    cli_modules = {name for name, _ in importtime([*py, "-c", "import re, slurmenv.cli"], env)}
+    cli_modules = {name for name, _ in importtime([*py, "-c", "import re, slurmenv.commands.main"], env)}
     self_us: dict[str, list[int]] = {}
     for _ in range(runs):
         for name, us in importtime(export, env):
@@ -356,7 +356,7 @@ def where_the_time_goes(
     avoided = [[what.format(list=listed), f"{statistics.median(avoided_runs[what]) * 1000:.2f} ms"]
                for what, _, _ in AVOIDED]
     notes = [(
-        f"¹ imported on first use, not by `import slurmenv.cli`: {', '.join(on_first_use)}. "
+        f"¹ imported on first use, not by `import slurmenv.commands.main`: {', '.join(on_first_use)}. "
         "Import times are self times (a module's own loading and top-level code, not the "
         f"modules it imports) from `python -X importtime`, median of {runs} runs of "
         f"`slurmenv export` at {nodes:,} nodes; modules `python -c \"import re\"` also "

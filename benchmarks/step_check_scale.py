@@ -103,7 +103,7 @@ async def _task(port: int, hello: bytes, ack: bytes) -> bool:
 def worker(world: int, port: int, first: int, step: int) -> int:
     sys.path.insert(0, str(ROOT))
     from slurmenv import options, resolve
-    from slurmenv.stepcheck import facts_of, protocol
+    from slurmenv.doctor.stepcheck import facts_of, protocol
 
     env = step_env(world, 1, port)
     template = facts_of(resolve(env, ephemeral_range=None, rivals=None),

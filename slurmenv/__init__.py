@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 
-from ._compat import TYPE_CHECKING
 from .errors import SlurmEnvError
+from .lean import TYPE_CHECKING
 from .options import Options
 from .render import OUTPUTS
 from .resolution import Resolution

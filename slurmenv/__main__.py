@@ -1,5 +1,5 @@
 """``python -m slurmenv``: the same as the ``slurmenv`` command."""
 
-from .cli import entry_point
+from .commands.main import entry_point
 
 entry_point()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._compat import TYPE_CHECKING
+from .lean import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -24,8 +24,8 @@ Everything here is a pure function of an environment mapping and the task's loca
 
 from __future__ import annotations
 
-from ._compat import TYPE_CHECKING, NamedTuple
 from .errors import SlurmEnvError, require_list, to_int
+from .lean import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from itertools import accumulate
 
-from ._compat import TYPE_CHECKING, NamedTuple, bisect_right
 from .errors import SlurmEnvError, is_number
+from .lean import TYPE_CHECKING, NamedTuple, bisect_right
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

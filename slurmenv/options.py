@@ -21,9 +21,9 @@ a keyword argument or command-line flag overrides its variable.
 
 from __future__ import annotations
 
-from ._compat import TYPE_CHECKING, NamedTuple  # not typing's: see _compat
 from .errors import SlurmEnvError, host_problem
 from .launchers import REGISTRY  # names only: no launcher module is imported
+from .lean import TYPE_CHECKING, NamedTuple  # not typing's: see _compat
 from .ports import DEFAULT_RANGE, PORT_FIX, RANGE_FIX, parse_port, parse_range
 
 if TYPE_CHECKING:

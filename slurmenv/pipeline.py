@@ -38,9 +38,9 @@ What :func:`derive` shares, so each rule lives once:
 from __future__ import annotations
 
 from . import launchers, ports, tfconfig, worldguard
-from ._compat import TYPE_CHECKING
 from .errors import HOST_RULE, SlurmEnvError, check_host, host_problem, parse_int
 from .launchers.base import Task
+from .lean import TYPE_CHECKING
 from .options import Options
 from .render import RANK_FIELDS
 from .resolution import Resolution

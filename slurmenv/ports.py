@@ -23,8 +23,8 @@ TensorFlow ports. An explicit port (``--port``, ``SLURMENV_PORT`` or ``MASTER_PO
 
 from __future__ import annotations
 
-from ._compat import TYPE_CHECKING, NamedTuple
 from .errors import SlurmEnvError, is_number
+from .lean import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

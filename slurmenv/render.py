@@ -10,8 +10,8 @@ script or ``bash -c``, but does not close an interactive shell (an ``salloc`` se
 from __future__ import annotations
 
 from . import gpus, threads
-from ._compat import TYPE_CHECKING
 from .errors import SlurmEnvError
+from .lean import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, MutableMapping

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from types import MappingProxyType
 
-from ._compat import TYPE_CHECKING
 from .errors import SlurmEnvError
 from .launchers.base import Topology
+from .lean import TYPE_CHECKING
 
 __all__ = ["Resolution", "Topology"]
 

@@ -35,8 +35,8 @@ import os
 import time
 from collections.abc import Iterable, Mapping
 
-from ._compat import TYPE_CHECKING
 from .errors import SlurmEnvError
+from .lean import TYPE_CHECKING
 from .options import Options
 from .ports import GIVEN
 

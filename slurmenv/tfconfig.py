@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ._compat import TYPE_CHECKING
 from .errors import SlurmEnvError, is_number, require_list
+from .lean import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import os
 
-from ._compat import TYPE_CHECKING, NamedTuple
 from .errors import parse_int, to_int
+from .lean import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

@@ -27,8 +27,8 @@ fact, so an srun task imports no other launcher for it.
 from __future__ import annotations
 
 from . import launchers
-from ._compat import TYPE_CHECKING
 from .errors import SlurmEnvError, to_int
+from .lean import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -18,9 +18,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "slurmenv"
-# python -v names the file of every module it imports: "# code object from '.../cli.py'" or
-# "# .../__pycache__/cli.cpython-311.pyc matches .../cli.py"
-_CLI_FILE = re.compile(r"(/\S*/slurmenv/cli\.py)\b")
+# python -v names the file of every module it imports: "# code object from '.../commands/main.py'" or
+# "# .../__pycache__/main.cpython-311.pyc matches .../commands/main.py"
+_CLI_FILE = re.compile(r"(/\S*/slurmenv/commands/main\.py)\b")
 
 
 def script_dirs() -> list[str]:
@@ -49,7 +49,7 @@ def imported_file() -> str:
 
 
 def console_script_file(environ: dict[str, str] | None = None) -> tuple[str | None, str]:
-    """(the slurmenv/cli.py that the ``slurmenv`` found on PATH really runs, what it printed).
+    """(the slurmenv/commands/main.py that the ``slurmenv`` found on PATH really runs, what it printed).
 
     Runs the console script itself, with Python's verbose import trace, from a neutral
     directory, so that whatever interpreter and sys.path its shebang gives it are the ones
@@ -76,7 +76,7 @@ def problems() -> list[str]:
     script = shutil.which("slurmenv")
     if cli is None or not inside(cli):
         found.append(f"the `slurmenv` on PATH ({script}; {how}) runs {cli}, not this "
-                     f"checkout's {PACKAGE / 'cli.py'} (fix: {sys.executable} -m pip install "
+                     f"checkout's {PACKAGE / 'commands' / 'main.py'} (fix: {sys.executable} -m pip install "
                      f"-e {ROOT}, and run pytest with that interpreter)")
     elif script is not None and os.path.dirname(script) not in script_dirs():
         found.append(f"the `slurmenv` on PATH ({script}) is not this interpreter's "

@@ -89,7 +89,8 @@ def _own_options() -> list[tuple[str, str, str]]:
     import argparse
     import importlib
 
-    from slurmenv import cli, options
+    from slurmenv import options
+    from slurmenv.commands import main as cli
 
     shared = {row.flag for row in options.TABLE} | {options.FOR[0], "-h", "--help", "--version"}
     shared |= {f"--no-{row.flag[2:]}" for row in options.TABLE}

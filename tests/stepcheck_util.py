@@ -14,8 +14,9 @@ from typing import Any
 
 import synth
 
-from slurmenv import options, resolve, stepcheck
-from slurmenv.stepcheck import protocol
+from slurmenv import options, resolve
+from slurmenv.doctor import stepcheck
+from slurmenv.doctor.stepcheck import protocol
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # the first resolve() of a process imports the launchers: done here, before any thread does

@@ -19,7 +19,7 @@ def test_this_checkout_is_tested() -> None:
     assert checkout.problems() == []
     assert checkout.inside(checkout.imported_file())
     cli, how = checkout.console_script_file()
-    assert cli is not None and Path(cli).resolve() == checkout.PACKAGE / "cli.py", how
+    assert cli is not None and Path(cli).resolve() == checkout.PACKAGE / "commands" / "main.py", how
 
 
 def test_path_starts_with_this_interpreters_scripts() -> None:
@@ -58,11 +58,11 @@ def test_another_clones_console_script_is_caught(tmp_path: Path) -> None:
     bindir.mkdir()
     script = bindir / "slurmenv"  # what pip writes for the other clone, sys.path included
     script.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(clone)!r})\n"
-                      "from slurmenv.cli import main\nsys.exit(main())\n")
+                      "from slurmenv.commands.main import main\nsys.exit(main())\n")
     script.chmod(0o755)
     env = {**os.environ, "PATH": os.pathsep.join([str(bindir), os.environ["PATH"]])}
     cli, _ = checkout.console_script_file(env)
-    assert cli is not None and Path(cli).resolve() == (clone / "slurmenv" / "cli.py").resolve()
+    assert cli is not None and Path(cli).resolve() == (clone / "slurmenv" / "commands" / "main.py").resolve()
     found = _problems(env)
     assert len(found) == 1 and str(script) in found[0] and "`import slurmenv`" not in found[0]
-    assert str(clone / "slurmenv" / "cli.py") in found[0]
+    assert str(clone / "slurmenv" / "commands" / "main.py") in found[0]

@@ -12,7 +12,8 @@ import sys
 import pytest
 import synth
 
-from slurmenv import SlurmEnvError, cli, render
+from slurmenv import SlurmEnvError, render
+from slurmenv.commands import main as cli
 
 HOSTS = ["r1n09", "r1n10", "r2n09", "r2n10"]
 STEP = synth.step_env(HOSTS, [2, 2, 2, 2], 5)
@@ -123,7 +124,7 @@ def test_a_memory_limit_met_while_resolving_100000_nodes() -> None:
     hosts = [f"n{i:06d}" for i in range(100_000)]
     code = (
         "import resource, sys\n"
-        "from slurmenv.cli import main\n"
+        "from slurmenv.commands.main import main\n"
         "pages = int(open('/proc/self/statm').read().split()[0])\n"
         "limit = pages * resource.getpagesize() + (4 << 20)\n"
         "resource.setrlimit(resource.RLIMIT_AS, (limit, limit))\n"
@@ -165,7 +166,7 @@ def test_ctrl_c_during_a_real_export() -> None:
     env = {**synth.clean_env(), **synth.step_env(hosts, [1] * len(hosts), 5),
            "PYTHONPATH": str(pathlib.Path(__file__).resolve().parent.parent)}
     code = ("import os, signal, sys\n"
-            "from slurmenv.cli import entry_point\n"
+            "from slurmenv.commands.main import entry_point\n"
             "sys.argv = ['slurmenv', 'export', '--for', 'torch']\n"
             "signal.signal(signal.SIGALRM, lambda *a: os.kill(os.getpid(), signal.SIGINT))\n"
             "signal.setitimer(signal.ITIMER_REAL, 0.01)\n"

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from slurmenv import options, render
-from slurmenv.completion import commands, script
+from slurmenv.commands.completion import commands, script
 
 ROOT = Path(__file__).resolve().parent.parent
 BASH_COMPLETION = Path("/usr/share/bash-completion/bash_completion")

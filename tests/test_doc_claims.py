@@ -271,7 +271,7 @@ def test_options_md_names_every_option_of_every_command_and_every_variable() -> 
     """The page promises every option of every command (from the parsers) and every
     SLURMENV variable: each SLURMENV name in slurmenv's source is on it, and each option the
     completion scripts offer (read from the same parsers) is on it."""
-    from slurmenv import completion
+    from slurmenv.commands import completion
 
     text = page("docs/options.md")
     source = " ".join(p.read_text(encoding="utf-8") for p in (ROOT / "slurmenv").rglob("*.py"))

@@ -149,7 +149,7 @@ def refused(command: str, words: list[str]) -> str | None:
     import importlib
     import io
 
-    from slurmenv import cli
+    from slurmenv.commands import main as cli
 
     if command in cli.EXTERNAL:
         parser, argv = importlib.import_module(cli.EXTERNAL[command][0]).build_parser(), words

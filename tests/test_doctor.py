@@ -19,7 +19,7 @@ import pytest
 import synth
 
 from slurmenv import doctor
-from slurmenv.cli import main
+from slurmenv.commands.main import main
 from slurmenv.doctor.context import NOT_RECORDED
 
 HOSTS = ["r1n09", "r1n10", "r2n09", "r2n10"]

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import slurmenv
 from slurmenv import doctor, dump, launchers
-from slurmenv.cli import main
+from slurmenv.commands.main import main
 from slurmenv.doctor.context import NOT_RECORDED
 from slurmenv.launchers import base
 

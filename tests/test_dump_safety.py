@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurmenv import SlurmEnvError, dump
-from slurmenv.cli import main
+from slurmenv.commands.main import main
 from slurmenv.doctor import diagnose
 
 HOSTS = ["r1n09", "r1n10", "r2n09", "r2n10"]

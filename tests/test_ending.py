@@ -25,7 +25,7 @@ WITNESS = (
     "    def __del__(self):\n"
     "        os.write(2, b'teardown ran\\n')\n"
     "witness = Witness()\n"
-    "from slurmenv.commandline import end\n"
+    "from slurmenv.commands.console import end\n"
 )
 
 
@@ -81,7 +81,7 @@ def step(nodes: int, unbuffered: bool = False) -> dict[str, str]:
     return env
 
 
-COMMANDS = [["slurmenv", "export"], ["slurmenv.taskprolog"]]
+COMMANDS = [["slurmenv", "export"], ["slurmenv.commands.taskprolog"]]
 BUFFERING = [pytest.param(False, id="buffered"), pytest.param(True, id="PYTHONUNBUFFERED")]
 
 
@@ -144,7 +144,7 @@ def test_the_whole_output_reaches_a_slow_reader(unbuffered: bool) -> None:
 def test_the_command_prints_everything_main_returns(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from slurmenv.cli import main
+    from slurmenv.commands.main import main
 
     env = step(4096)
     out = subprocess.run([sys.executable, "-m", "slurmenv", "export"], env=env,
@@ -161,7 +161,7 @@ def test_the_command_prints_everything_main_returns(
 @pytest.mark.parametrize("command", [
     "slurmenv export", "slurmenv export --format json", "slurmenv show", "slurmenv doctor",
     "slurmenv dump -o -", "slurmenv torchrun --help", "slurmenv torchrun --dry-run train.py",
-    "slurmenv.taskprolog",
+    "slurmenv.commands.taskprolog",
 ])
 def test_a_closed_stdout_is_an_error_not_a_bug_report(command: str) -> None:
     out = subprocess.run(["sh", "-c", f'exec "$0" -m {command} >&-', sys.executable],
@@ -182,8 +182,8 @@ def test_exec_runs_its_command_with_stdout_closed() -> None:
     ("slurmenv export", {}, 0),
     ("slurmenv export", {"SLURM_PROCID": "x"}, 1),
     ("slurmenv dump -o {tmp}/dump.json", {}, 0),  # it says "wrote ..." on stderr
-    ("slurmenv.taskprolog", {}, 0),
-    ("slurmenv.taskprolog", {"SLURM_PROCID": "x"}, 1),
+    ("slurmenv.commands.taskprolog", {}, 0),
+    ("slurmenv.commands.taskprolog", {"SLURM_PROCID": "x"}, 1),
 ])
 def test_a_closed_stderr_keeps_the_exit_status(command: str, extra: dict[str, str], code: int,
                                                tmp_path: Path) -> None:

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from test_resolve import BAD, bad_env
 
 import slurmenv
-from slurmenv import SlurmEnvError, cli, render
+from slurmenv import SlurmEnvError, render
+from slurmenv.commands import main as cli
 
 _script = Path(sysconfig.get_path("scripts")) / "slurmenv"
 SLURMENV = str(_script) if _script.exists() else shutil.which("slurmenv")

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmenv import cli
+from slurmenv.commands import main as cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -113,7 +113,7 @@ def test_export_path_imports_nothing_heavy() -> None:
     code = (
         "import sys\n"
         "before = set(sys.modules)  # what the interpreter (and its site hooks) loaded\n"
-        "from slurmenv.cli import main\n"
+        "from slurmenv.commands.main import main\n"
         "main(['export', '--for', 'torch'])\n"
         "heavy = {'argparse', 'json', 'socket', 'psutil', 'torch', 'tensorflow', 'jax', "
         "'string', 'subprocess', 'tempfile', 'typing', 'collections.abc', 'select'}\n"
@@ -143,7 +143,7 @@ def test_export_path_imports_nothing_heavy_in_a_bare_interpreter(flag: str) -> N
         "import sys\n"
         f"sys.path[:0] = [{str(ROOT)!r}, {os.path.dirname(hostlist.__file__)!r}]\n"
         "before = set(sys.modules)\n"
-        "from slurmenv.cli import main\n"
+        "from slurmenv.commands.main import main\n"
         "main(['export', '--for', 'torch'])\n"
         "heavy = {'typing', 'dataclasses', 'argparse', 'json', 'socket', 'psutil', 'string', "
         "'subprocess', 'tempfile', 'textwrap', 'inspect', 'collections.abc', 'select'}\n"
@@ -218,7 +218,7 @@ def test_sh_words_replace_each_character_once(value: str) -> None:
 def test_bisect_without_the_extension(values: list[int], x: int) -> None:
     import bisect
 
-    from slurmenv._compat import bisect_right
+    from slurmenv.lean import bisect_right
 
     values.sort()
     assert bisect_right(values, x) == bisect.bisect_right(values, x)
@@ -228,7 +228,8 @@ def test_named_tuple_without_typing_behaves_like_typings() -> None:
     import pickle
     import typing
 
-    from slurmenv import _compat, layout, options, ports
+    from slurmenv import layout, options, ports
+    from slurmenv import lean as _compat
 
     def make(base: type) -> type:
         class Point(base):  # type: ignore[valid-type,misc]
@@ -278,7 +279,7 @@ def test_export_path_imports_nothing_heavy_without_site() -> None:
     code = (
         "import sys\n"
         "assert sys.flags.no_site\n"
-        "from slurmenv.cli import main\n"
+        "from slurmenv.commands.main import main\n"
         "main(['export'])\n"
         "import slurmenv.launchers as l\n"
         "print(l.detect(__import__('os').environ).NAME, file=sys.stderr)\n"

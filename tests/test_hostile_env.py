@@ -24,7 +24,9 @@ import synth
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slurmenv import SlurmEnvError, cli, launchers, options, render, taskprolog
+from slurmenv import SlurmEnvError, launchers, options, render
+from slurmenv.commands import main as cli
+from slurmenv.commands import taskprolog
 from slurmenv.doctor import diagnose
 
 DUMPS = pathlib.Path(__file__).parent / "dumps"
@@ -221,7 +223,7 @@ def test_a_memory_error_is_a_clean_failure_after_it(monkeypatch: pytest.MonkeyPa
     # issue 26: after a MemoryError, cli's handler imported commandline, which failed again
     import builtins
 
-    from slurmenv import commandline
+    from slurmenv.commands import console as commandline
 
     real_import = builtins.__import__
     failing = {"on": False}
@@ -233,7 +235,7 @@ def test_a_memory_error_is_a_clean_failure_after_it(monkeypatch: pytest.MonkeyPa
 
     def exhausted(argv: list[str]) -> int:
         failing["on"] = True  # from here on, any import fails as under a memory limit
-        sys.modules.pop("slurmenv.commandline", None)
+        sys.modules.pop("slurmenv.commands.console", None)
         raise MemoryError
 
     monkeypatch.setattr(cli, "_run", exhausted)
@@ -244,6 +246,6 @@ def test_a_memory_error_is_a_clean_failure_after_it(monkeypatch: pytest.MonkeyPa
             status = cli.main(["export"])
     finally:
         failing["on"] = False
-        sys.modules["slurmenv.commandline"] = commandline
+        sys.modules["slurmenv.commands.console"] = commandline
     assert status != 0 and "exit 1" in out.getvalue() or "false" in out.getvalue()
     assert "memory" in err.getvalue().lower()

@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import slurmenv
-from slurmenv import SlurmEnvError, dump, files, launchers, ports, render
+from slurmenv import SlurmEnvError, dump, launchers, ports, render
+from slurmenv import readfile as files
 from slurmenv.launchers import evidence
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -174,7 +174,7 @@ def describe(loop: list[str], edges: dict[str, dict[str, str]]) -> str:
 def test_the_graph_sees_imports() -> None:
     # The checker itself: known edges of each kind (top level, relative from a package,
     # lazy inside a function, TYPE_CHECKING only) are found, and a loop is named.
-    assert import_edges("slurmenv.cli")["slurmenv.render"] == TOP
+    assert import_edges("slurmenv.commands.main")["slurmenv.render"] == TOP
     assert import_edges("slurmenv.dump.capture")["slurmenv.doctor.probe"] == LAZY
     assert import_edges("slurmenv.launchers.slurm")["slurmenv.launchers.base"] == TOP  # from .base
     assert import_edges("slurmenv.rivals")["slurmenv.resolution"] == TYPES
@@ -240,7 +240,7 @@ def test_no_import_cycles() -> None:
 
 
 # -- layers ---------------------------------------------------------------------------------
-COMMANDS = ("slurmenv.show", "slurmenv.torchrun_command", "slurmenv.doctor.command",
+COMMANDS = ("slurmenv.commands.show", "slurmenv.commands.torchrun", "slurmenv.doctor.command",
             "slurmenv.dump.command")
 
 
@@ -249,13 +249,13 @@ def test_no_module_reaches_back_to_the_command_line() -> None:
     commandline.py, below them all. ``completion`` describes the whole command line, so it sits
     above cli (which loads it by name): it reads cli's parser and commands."""
     for name in MODULES:
-        if name not in ("slurmenv.cli", "slurmenv.__main__", "slurmenv.completion"):
-            assert "slurmenv.cli" not in imports_of(name), name
+        if name not in ("slurmenv.commands.main", "slurmenv.__main__", "slurmenv.commands.completion"):
+            assert "slurmenv.commands.main" not in imports_of(name), name
 
 
 def test_the_shared_command_line_imports_no_command() -> None:
-    below = imports_of("slurmenv.commandline")
-    assert not below & {"slurmenv.cli", *COMMANDS}, below
+    below = imports_of("slurmenv.commands.console")
+    assert not below & {"slurmenv.commands.main", *COMMANDS}, below
     assert not any(m.startswith(("slurmenv.doctor", "slurmenv.dump")) for m in below), below
 
 
@@ -270,7 +270,7 @@ def loaded_after(code: str, env: dict[str, str]) -> list[str]:
 # What every task of a step loads for `slurmenv export`: each module costs every task a part of
 # a millisecond (docs/performance.md), so one more is a decision, not an accident.
 EXPORT_PATH = {
-    "slurmenv", "slurmenv._compat", "slurmenv.cli", "slurmenv.commandline", "slurmenv.pipeline",
+    "slurmenv", "slurmenv.lean", "slurmenv.commands.main", "slurmenv.commands.console", "slurmenv.pipeline",
     "slurmenv.errors", "slurmenv.gpus", "slurmenv.launchers", "slurmenv.launchers.base",
     "slurmenv.launchers.slurm", "slurmenv.layout", "slurmenv.nodes", "slurmenv.options",
     "slurmenv.ports", "slurmenv.render", "slurmenv.resolution", "slurmenv.tfconfig",
@@ -280,7 +280,7 @@ EXPORT_PATH = {
 
 def test_export_loads_the_pipeline_and_no_command() -> None:
     env = {**synth.clean_env(PYTHONPATH=str(ROOT)), **synth.step_env(HOSTS, [1, 1], 1)}
-    loaded = loaded_after("from slurmenv.cli import main\nmain(['export'])", env)
+    loaded = loaded_after("from slurmenv.commands.main import main\nmain(['export'])", env)
     assert set(loaded) == EXPORT_PATH
 
 
@@ -333,8 +333,8 @@ def test_every_package_is_installed() -> None:
 
 
 #: What launchers/ may import outside its own package: the rules below the launchers.
-BELOW_LAUNCHERS = {"slurmenv._compat", "slurmenv.errors", "slurmenv.ports", "slurmenv.layout",
-                   "slurmenv.nodes", "slurmenv.files"}
+BELOW_LAUNCHERS = {"slurmenv.lean", "slurmenv.errors", "slurmenv.ports", "slurmenv.layout",
+                   "slurmenv.nodes", "slurmenv.readfile"}
 
 
 def test_launchers_import_nothing_above_them() -> None:

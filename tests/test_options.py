@@ -16,8 +16,9 @@ import pytest
 import synth
 
 import slurmenv
-from slurmenv import cli, doctor, dump, options, show
-from slurmenv import torchrun_command as torchrun
+from slurmenv import doctor, dump, options
+from slurmenv.commands import main as cli
+from slurmenv.commands import show, torchrun
 from slurmenv.doctor.context import _PORT_VARIABLES, Context
 from slurmenv.errors import SlurmEnvError
 from slurmenv.options import FLAG, KINDS, TABLE

@@ -223,8 +223,8 @@ def test_slurmenv_shim_runs_this_checkout(shim_env: Callable[..., dict[str, str]
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == slurmenv.resolve(env).env("all")
     traced = run([str(BIN / "slurmenv"), "export"], {**env, "PYTHONVERBOSE": "1"})
-    loaded = [line for line in traced.stderr.splitlines() if "slurmenv/cli.py" in line]
-    assert loaded and all(str(ROOT / "slurmenv" / "cli.py") in line for line in loaded)
+    loaded = [line for line in traced.stderr.splitlines() if "slurmenv/commands/main.py" in line]
+    assert loaded and all(str(ROOT / "slurmenv" / "commands" / "main.py") in line for line in loaded)
     failed = run([str(BIN / "slurmenv"), "export"], shim_env(None))
     assert failed.returncode != 0 and "export RANK" not in failed.stdout
 

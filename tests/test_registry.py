@@ -154,7 +154,7 @@ def test_a_step_task_imports_no_other_launcher() -> None:
     env = {**synth.clean_env(PYTHONPATH=str(ROOT)), **synth.step_env(HOSTS, [2, 2, 2, 2], 5)}
     code = (
         "import sys\n"
-        "from slurmenv.cli import main\n"
+        "from slurmenv.commands.main import main\n"
         "main(['export', '--for', 'torch'])\n"
         "print(sorted(m for m in sys.modules if m.startswith('slurmenv.launchers.')), "
         "file=sys.stderr)\n"

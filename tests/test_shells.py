@@ -411,7 +411,7 @@ import slurmenv.pipeline
 def broken(*args, **kwargs):
     raise RuntimeError("a forced bug")
 slurmenv.pipeline.resolve = broken
-from slurmenv.cli import main
+from slurmenv.commands.main import main
 sys.exit(main())
 """
 

@@ -20,8 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import slurmenv
-from slurmenv import show
-from slurmenv.cli import main
+from slurmenv.commands import show
+from slurmenv.commands.main import main
 
 HOSTS = ["r1n09", "r1n10", "r2n09", "r2n10"]
 

@@ -1,4 +1,4 @@
-"""The step check's report and messages on loopback (slurmenv.stepcheck).
+"""The step check's report and messages on loopback (slurmenv.doctor.stepcheck).
 
 Every task of a synthetic step runs the check in a thread of this process (rank 0 listening on
 127.0.0.1 through ``SLURMENV_MASTER_ADDR``); peers that do not speak the protocol are raw
@@ -18,8 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from stepcheck_util import check_step, free_port, run_tasks, step
 
-from slurmenv import SlurmEnvError, resolve, stepcheck
-from slurmenv.stepcheck import protocol
+from slurmenv import SlurmEnvError, resolve
+from slurmenv.doctor import stepcheck
+from slurmenv.doctor.stepcheck import protocol
 
 
 def exclude(hosts: str) -> str:

@@ -1,6 +1,6 @@
 """The step check as a protocol on loopback: peers that do not speak it, forged and foreign
 hellos, late tasks, links that break between the phases, start-up skews across the whole
-timeout (all tasks start or none does), and the open-file limit (slurmenv.stepcheck)."""
+timeout (all tasks start or none does), and the open-file limit (slurmenv.doctor.stepcheck)."""
 
 from __future__ import annotations
 
@@ -29,8 +29,10 @@ from stepcheck_util import (
     task_job,
 )
 
-from slurmenv import resolve, stepcheck
-from slurmenv.stepcheck import protocol, server
+from slurmenv import resolve
+from slurmenv.doctor import stepcheck
+from slurmenv.doctor.stepcheck import protocol
+from slurmenv.doctor.stepcheck import rank0 as server
 
 MAGIC = protocol.MAGIC
 
@@ -372,7 +374,7 @@ def test_the_open_file_limit_is_raised_or_named(soft: int, hard: int, sound: boo
 
 
 SPIN = """import os, resource, socket, sys
-from slurmenv.stepcheck import server
+from slurmenv.doctor.stepcheck import server
 port = int(sys.argv[1])
 own = {{"world_size": 3, "job": "1", "step": "0", "master_addr": "127.0.0.1",
         "master_port": port, "launcher": "slurm"}}

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import synth
 
-from slurmenv import SlurmEnvError, options, pipeline, render, resolve, taskprolog, worldguard
+from slurmenv import SlurmEnvError, options, pipeline, render, resolve, worldguard
+from slurmenv.commands import taskprolog
 from slurmenv.launchers import base
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -218,7 +219,7 @@ def test_an_interrupted_prolog_says_so_and_stops_the_task() -> None:
     def default_sigint() -> None:  # a test run under nohup would pass SIGINT on ignored
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 
-    with subprocess.Popen([sys.executable, "-m", "slurmenv.taskprolog"], env=big_step(),
+    with subprocess.Popen([sys.executable, "-m", "slurmenv.commands.taskprolog"], env=big_step(),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           preexec_fn=default_sigint) as proc:  # noqa: PLW1509
         assert proc.stdout is not None and proc.stderr is not None
@@ -247,7 +248,7 @@ def test_under_slurm_nothing_reaches_stderr(tmp_path: Path) -> None:
     by_hand = "slurmenv: error: cannot write the output: No space left on device\n"
     for context, said in (("", by_hand), ("prolog_task", "")):
         with open("/dev/full", "w") as full:
-            out = subprocess.run([sys.executable, "-m", "slurmenv.taskprolog"],
+            out = subprocess.run([sys.executable, "-m", "slurmenv.commands.taskprolog"],
                                  env={**env, "SLURM_SCRIPT_CONTEXT": context}, stdout=full,
                                  stderr=subprocess.PIPE, text=True, timeout=60, check=False)
         assert (out.returncode, out.stderr) == (1, said)
@@ -255,7 +256,7 @@ def test_under_slurm_nothing_reaches_stderr(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("argv", [["--help"], ["--site", "x"], ["-"]])
 def test_an_argument_is_refused_not_ignored(argv: list[str]) -> None:
-    out = subprocess.run([sys.executable, "-m", "slurmenv.taskprolog", *argv],
+    out = subprocess.run([sys.executable, "-m", "slurmenv.commands.taskprolog", *argv],
                          env={**synth.clean_env(PYTHONPATH=str(ROOT)), **STEP},
                          capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 2

@@ -21,7 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import slurmenv
-from slurmenv import options, show, tfconfig
+from slurmenv import options, tfconfig
+from slurmenv.commands import show
 from slurmenv.errors import SlurmEnvError
 
 JOB_NAMES = ("chief", "evaluator", "ps", "worker")  # TensorFlow's SlurmClusterResolver order

@@ -22,7 +22,7 @@ import pytest
 from synth import clean_env, compress_counts, step_env
 
 import slurmenv
-from slurmenv import torchrun_command as torchrun
+from slurmenv.commands import torchrun
 from slurmenv.errors import SlurmEnvError
 
 HOSTS = ["n1", "n2", "n3"]
@@ -385,8 +385,8 @@ def test_dry_run_prints_the_command() -> None:
 
 
 def test_module_not_imported_by_plain_export() -> None:
-    code = ("import sys, slurmenv.cli; slurmenv.cli.main(['export', '--for', 'torch']); "
-            "sys.stderr.write(str('slurmenv.torchrun_command' in sys.modules))")
+    code = ("import sys, slurmenv.commands.main; slurmenv.commands.main.main(['export', '--for', 'torch']); "
+            "sys.stderr.write(str('slurmenv.commands.torchrun' in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], env=node_env(HOSTS, [1, 1, 1], 0),
                           capture_output=True, text=True, check=True)
     assert proc.stderr == "False"

@@ -147,7 +147,7 @@ def test_a_chosen_single_process_default_still_looks_for_a_scrubbed_step() -> No
 
 
 def test_the_task_prolog_refuses_the_forced_world() -> None:
-    from slurmenv import taskprolog
+    from slurmenv.commands import taskprolog
 
     status, text = taskprolog.run({**STEP4, **HAND, "SLURMENV_LAUNCHER": "preset"})
     assert status != 0 and "SLURM_PROCID=3" in text, text

@@ -30,10 +30,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .context import ports_here, resolve_for_doctor
-from .probe import probe  # eager: the package's `probe` is the function, not the module
-from .registry import check
-from .report import ERROR, OK, SKIPPED, VERDICTS, WARNING, Check, Report, format_report, use_colour
-from .rules import (
+from .libraries import (
     ALL_PROXIES,
     GRPC_NO_PROXIES,
     GRPC_PROXIES,
@@ -43,6 +40,9 @@ from .rules import (
     grpc_proxy,
     nccl_allows,
 )
+from .probe import probe  # eager: the package's `probe` is the function, not the module
+from .registry import check
+from .report import ERROR, OK, SKIPPED, VERDICTS, WARNING, Check, Report, format_report, use_colour
 
 if TYPE_CHECKING:
     from .checks import diagnose

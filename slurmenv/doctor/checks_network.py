@@ -6,9 +6,7 @@ from .. import nodes, tfconfig
 from ..errors import SlurmEnvError
 from ..launchers import base
 from .context import Context
-from .registry import check
-from .report import ERROR, OK, SKIPPED, WARNING, Check
-from .rules import (
+from .libraries import (
     ALL_PROXIES,
     GRPC_NO_PROXIES,
     gloo_allows,
@@ -17,6 +15,8 @@ from .rules import (
     is_loopback,
     nccl_allows,
 )
+from .registry import check
+from .report import ERROR, OK, SKIPPED, WARNING, Check
 
 
 def _template_fix(ctx: Context) -> str:

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..commandline import write_output
+from ..commands.console import write_output
 from ..errors import SlurmEnvError
 from .checks import diagnose
 from .context import resolve_for_doctor
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 def build_parser() -> argparse.ArgumentParser:
     from .. import render
-    from ..commandline import add_resolution_options, argument_parser
+    from ..commands.console import add_resolution_options, argument_parser
 
     parser = argument_parser(
         prog="slurmenv doctor",
@@ -92,9 +92,10 @@ def replay(
 
 
 def step(options: Mapping[str, Any], timeout: str | None, from_file: str | None) -> int:
-    """``doctor --step``: the step check (slurmenv.stepcheck) in this task."""
-    from .. import resolve, stepcheck
-    from ..commandline import print_error, step_timeout, usage_error
+    """``doctor --step``: the step check (slurmenv.doctor.stepcheck) in this task."""
+    from .. import resolve
+    from ..commands.console import print_error, step_timeout, usage_error
+    from . import stepcheck
 
     if from_file:
         usage_error("--step checks a running step: it cannot replay a dump (--from)")
@@ -110,7 +111,7 @@ def step(options: Mapping[str, Any], timeout: str | None, from_file: str | None)
 def main(argv: Sequence[str]) -> int:
     """``slurmenv doctor``; returns 1 when any check gives an error, else 0."""
     from .. import ports
-    from ..commandline import print_error
+    from ..commands.console import print_error
     from ..dump import load, options_from_args
 
     args = build_parser().parse_args(argv)
@@ -118,7 +119,7 @@ def main(argv: Sequence[str]) -> int:
     if args.step:
         return step(options, args.step_timeout, args.from_file)
     if args.step_timeout is not None:
-        from ..commandline import usage_error
+        from ..commands.console import usage_error
 
         usage_error("--step-timeout is the step check's: give it with --step "
                     "(slurmenv doctor --step --step-timeout N), or drop it")
@@ -144,7 +145,7 @@ def main(argv: Sequence[str]) -> int:
         if report.errors or report.warnings:  # silent when all is well: it runs in every task
             sys.stderr.write(format_report(report, use_colour(args.color, sys.stderr), quiet=True))
         if report.ifname is None:
-            from ..commandline import fail_closed
+            from ..commands.console import fail_closed
 
             sys.stderr.write("slurmenv: error: no interface to export (see the checks above)\n")
             fail_closed(args.shell)  # eval $(slurmenv doctor --export-ifname) must stop too

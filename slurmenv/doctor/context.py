@@ -11,8 +11,8 @@ from ..errors import SlurmEnvError
 from ..launchers import base
 from ..options import names as option_names
 from ..resolution import Resolution
+from .libraries import socket_ifname
 from .report import ERROR, SKIPPED, Check
-from .rules import socket_ifname
 
 NOT_PROBED = "not probed: this dump was taken without 'slurmenv dump --probe'"
 NO_RESOLUTION = "needs a resolution (see above)"

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._compat import NamedTuple
+from ..lean import NamedTuple
 
 if TYPE_CHECKING:
     from typing import TypeVar

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .._compat import NamedTuple
 from ..errors import printable
+from ..lean import NamedTuple
 from .registry import CHECKS
 
 OK, WARNING, ERROR, SKIPPED = "ok", "warning", "error", "skipped"

@@ -170,7 +170,7 @@ def _read_files(
     (:func:`_why_not_kept`)."""
     import base64
 
-    from .. import files
+    from .. import readfile as files
 
     text: dict[str, str] = {}
     binary: dict[str, str] = {}

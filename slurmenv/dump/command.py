@@ -22,7 +22,7 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..commandline import add_resolution_options, argument_parser
+    from ..commands.console import add_resolution_options, argument_parser
 
     parser = argument_parser(
         prog="slurmenv dump",
@@ -54,7 +54,7 @@ def main(argv: Sequence[str]) -> int:
     data = collect(options=options_from_args(args), probe=args.probe)
     text = json.dumps(data, indent=1, sort_keys=False) + "\n"
     if args.output == "-":
-        from ..commandline import write_output
+        from ..commands.console import write_output
 
         return write_output(text)
     path = expand_output(args.output, os.environ, data["resolution"].get("summary"))

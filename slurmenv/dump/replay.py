@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from .. import __version__, resolve
-from .._compat import NamedTuple
 from ..errors import SlurmEnvError
+from ..lean import NamedTuple
 from ..resolution import Resolution
 from .allowlist import FILE_VARIABLES
 from .capture import FORMAT, FORMAT_KEY, error_dict, record, unrecorded_path
@@ -275,7 +275,7 @@ def _text(data: dict[str, Any], key: str, path: str, default: str) -> str:
 
 def _read(path: str) -> bytes:
     """The bytes of the dump ``path`` ('-': standard input), at most :data:`LOAD_LIMIT`."""
-    from .. import files
+    from .. import readfile as files
 
     if path == "-":
         raw: bytes | None = sys.stdin.buffer.read(LOAD_LIMIT + 1)

@@ -15,7 +15,7 @@ them runs it first (``tests/test_imports.py``).
 
 from __future__ import annotations
 
-from .._compat import TYPE_CHECKING
+from ..lean import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

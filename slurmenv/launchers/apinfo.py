@@ -32,8 +32,8 @@ rank's node index against the node count, and the local indices of each node mus
 
 from __future__ import annotations
 
-from .._compat import NamedTuple
 from ..errors import SlurmEnvError
+from ..lean import NamedTuple
 
 VERSIONS = (1, 5)
 HEADER_SIZE = {1: 136, 5: 160}
@@ -152,7 +152,7 @@ def parse(data: bytes, path: str = "<apinfo>") -> ApInfo:
 
 def read(path: str) -> ApInfo:
     """Read and parse the apinfo file at ``path``."""
-    from .. import files
+    from .. import readfile as files
 
     data = files.read(path, VARIABLE, FIX)
     if data is None:

@@ -12,8 +12,8 @@ the recipe) declares what ``contract.Launcher`` lists (``NAME``, ``VARIABLES``, 
 
 from __future__ import annotations
 
-from .._compat import TYPE_CHECKING, NamedTuple  # not typing's: on export's path
 from ..errors import SlurmEnvError, check_host, parse_int, require
+from ..lean import TYPE_CHECKING, NamedTuple  # not typing's: on export's path
 
 #: Slurm's special step ids (``slurm/slurm.h``, the same in 22.05 and 26.05): not a step of
 #: srun tasks. 22.05 prints them unsigned (``4294967290``); 26.05 prints them signed (``-6``),

@@ -13,14 +13,7 @@ from collections.abc import Mapping
 
 from ..errors import SlurmEnvError
 from . import local
-from .base import (
-    Task,
-    foreign_mpi,
-    in_job_outside_steps,
-    interactive_step,
-    job_id,
-    step_id,
-)
+from .base import Task, foreign_mpi, in_job_outside_steps, interactive_step, job_id, step_id
 
 NAME = "slurm-outside-step"
 #: The task is in the batch script or an salloc shell: doctor's "step" check reports this

@@ -31,8 +31,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from .. import layout, nodes, ports
-from .._compat import NamedTuple
 from ..errors import SlurmEnvError, parse_int, require
+from ..lean import NamedTuple
 from . import slurm, topology
 from .base import Task
 from .slurm import STEP_FIX, SlurmStep, parse_gtids

@@ -73,7 +73,7 @@ def detect(environ: Mapping[str, str]) -> bool:
 
 def compute_hosts(path: str) -> tuple[str, list[str]]:
     """(launch node, the distinct compute hosts in order) of an LSF rank file."""
-    from .. import files
+    from .. import readfile as files
 
     fix = "resolve inside the job, where LSF writes the file"
     text = files.read_text(path, "LSB_DJOB_RANKFILE", fix)

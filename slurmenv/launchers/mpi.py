@@ -35,8 +35,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .. import nodes
-from .._compat import NamedTuple
 from ..errors import SlurmEnvError, require
+from ..lean import NamedTuple
 from .base import Topology, read_int
 
 #: Step IDs that are not a step a rank runs in: the batch script and the extern step.

@@ -314,7 +314,7 @@ def _from_nodefile(environ: Mapping[str, str], rank: int) -> Task:
 
 def _nodefile_hosts(path: str) -> list[str]:
     """The distinct hosts of a PBS node file (one line per slot), in first-seen order."""
-    from .. import files
+    from .. import readfile as files
 
     text = files.read_text(path, "PBS_NODEFILE", "PBS_NODEFILE must name the job's node file")
     lines = [] if text is None else text.split()

@@ -8,8 +8,8 @@ describe the allocation, not the step, and are never mixed in.
 from __future__ import annotations
 
 from .. import layout, nodes, ports
-from .._compat import TYPE_CHECKING
 from ..errors import SlurmEnvError, parse_int, require, to_int
+from ..lean import TYPE_CHECKING
 from .base import Task, Topology, job_id, node_sources, read_int, slurm_step_is_own, step_id
 
 if TYPE_CHECKING:
@@ -225,7 +225,7 @@ class SlurmStep(Topology):
         path = self.environ.get("SLURM_HOSTFILE")
         if not path:
             return layout.UnknownLayout("-m arbitrary without SLURM_HOSTFILE")
-        from .. import files  # -m arbitrary only
+        from .. import readfile as files  # -m arbitrary only
 
         text = files.read_text(path, "SLURM_HOSTFILE", HOSTFILE_FIX)
         if text is None:

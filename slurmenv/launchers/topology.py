@@ -30,9 +30,10 @@ every task, naming the setting and the fixes that work on 26.05.
 
 from __future__ import annotations
 
-from .. import files, nodes
-from .._compat import TYPE_CHECKING, NamedTuple
+from .. import nodes
+from .. import readfile as files
 from ..errors import SlurmEnvError
+from ..lean import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .._compat import TYPE_CHECKING
+from ..lean import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .base import Task

@@ -7,9 +7,9 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
-from .. import __version__
-from ..errors import SlurmEnvError
-from ..resolution import Resolution
+from ... import __version__
+from ...errors import SlurmEnvError
+from ...resolution import Resolution
 from .protocol import STRING_CAP, UNKNOWN
 
 

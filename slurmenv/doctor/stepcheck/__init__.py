@@ -16,8 +16,8 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import SlurmEnvError
-from ..resolution import Resolution
+from ...errors import SlurmEnvError
+from ...resolution import Resolution
 
 DEFAULT_TIMEOUT = 30.0
 TIMEOUT_VARIABLE = "SLURMENV_STEP_TIMEOUT"
@@ -25,12 +25,12 @@ TIMEOUT_FIX = f"give seconds, e.g. {TIMEOUT_VARIABLE}=30 or --step-timeout 30 (1
 
 #: Names of the package's modules, loaded on first use.
 _LAZY = {
-    "ACK_SECONDS": "server", "HANDSHAKE_SECONDS": "server", "LINGER_SECONDS": "server",
-    "Arrival": "server", "Outcome": "server", "Rank0": "server",
+    "ACK_SECONDS": "rank0", "HANDSHAKE_SECONDS": "rank0", "LINGER_SECONDS": "rank0",
+    "Arrival": "rank0", "Outcome": "rank0", "Rank0": "rank0",
     "MAGIC": "protocol", "MAX_MESSAGE": "protocol", "ProtocolError": "protocol",
     "decode": "protocol", "encode": "protocol", "one_line": "protocol",
     "AGREE": "facts", "facts_of": "facts", "tf_digest": "facts",
-    "VERDICT_GRACE": "client", "join": "client", "route_text": "client",
+    "VERDICT_GRACE": "task", "join": "task", "route_text": "task",
     "MAX_SHOWN": "reporting", "report": "reporting", "topology_note": "reporting",
     "baseline_port": "check", "serve": "check",
 }
@@ -49,7 +49,7 @@ def parse_timeout(text: str, variable: str = TIMEOUT_VARIABLE) -> float:
     """Seconds of the step check: whole seconds from 1 to 3600, read as every number slurmenv
     reads is (``errors.parse_int``: ASCII digits, no sign, blank, separator, exponent or
     leading zero); SlurmEnvError naming ``variable``."""
-    from ..errors import parse_int
+    from ...errors import parse_int
 
     value = parse_int(variable, text, minimum=1, fix=TIMEOUT_FIX)
     if value > 3600:

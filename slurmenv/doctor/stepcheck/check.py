@@ -7,14 +7,14 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .. import options, resolve
-from ..errors import SlurmEnvError
-from ..resolution import Resolution
-from .client import join
+from ... import options, resolve
+from ...errors import SlurmEnvError
+from ...resolution import Resolution
 from .facts import facts_of
 from .protocol import one_line
+from .rank0 import HANDSHAKE_SECONDS, RESERVE_FDS, Outcome, Rank0, raise_fd_limit, restore_fd_limit
 from .reporting import report, topology_note
-from .server import HANDSHAKE_SECONDS, RESERVE_FDS, Outcome, Rank0, raise_fd_limit, restore_fd_limit
+from .task import join
 
 
 def baseline_port(environ: Mapping[str, str], given: Mapping[str, Any]) -> int | None:

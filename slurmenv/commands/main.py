@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 import sys
 
-from . import __version__, options, render, resolve
-from ._compat import TYPE_CHECKING
-from .errors import SlurmEnvError
-from .render import FORMATS, SHELLS
+from .. import __version__, options, render, resolve
+from ..errors import SlurmEnvError
+from ..lean import TYPE_CHECKING
+from ..render import FORMATS, SHELLS
 
 if TYPE_CHECKING:
     import argparse  # imported for real only when argparse parses (see _fast_args)
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import NoReturn
 
-    from .options import Arg
+    from ..options import Arg
 
 
 #: export's own options besides the resolution options (see options.Arg).
@@ -31,7 +31,7 @@ SHELL: Arg = ("--shell", {"dest": "shell", "default": None, "choices": SHELLS,
                           "help": "shell syntax (default sh)"})
 FORMAT: Arg = ("--format", {"dest": "format", "default": None, "choices": FORMATS,
                             "help": "data format"})
-#: exec's own options: the step check before the command (slurmenv.stepcheck, loaded only then).
+#: exec's own options: the step check before the command (slurmenv.doctor.stepcheck, loaded only then).
 PREFLIGHT: Arg = ("--preflight", {
     "dest": "preflight", "default": False, "action": "store_true",
     "help": "first check the whole step (every task runs it: srun slurmenv exec --preflight "
@@ -58,7 +58,7 @@ def add_export_options(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     import argparse
 
-    from .commandline import add_resolution_options, argument_parser
+    from .console import add_resolution_options, argument_parser
 
     parser = argument_parser(
         prog="slurmenv",
@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
 # refuse: the path of every task of a step loads no module for it.
 def cmd_export(args: argparse.Namespace) -> int:
     if args.shell and args.format:
-        from .commandline import usage_error
+        from .console import usage_error
 
         usage_error("give --shell or --format, not both")
     fmt = args.format or args.shell or "sh"
@@ -97,13 +97,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         values = resolve(**options.given_in(args)).env(options.outputs(os.environ, args.for_))
         text = render.render(values, fmt)  # csh refuses a value with a newline
     except SlurmEnvError as exc:
-        from .commandline import fail_closed, print_error
+        from .console import fail_closed, print_error
 
         print_error(exc)
         # Make `eval $(slurmenv export); python train.py` stop before python in a script.
         fail_closed(args.format or args.shell)
         return 1
-    from .commandline import write_output
+    from .console import write_output
 
     return write_output(text)
 
@@ -113,11 +113,11 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv or not argv[0]:
-        from .commandline import usage_error
+        from .console import usage_error
 
         usage_error("exec needs a command: slurmenv exec -- python train.py")
     if args.step_timeout is not None and not args.preflight:
-        from .commandline import usage_error
+        from .console import usage_error
 
         usage_error("--step-timeout is the step check's: give it with --preflight "
                     "(slurmenv exec --preflight --step-timeout N -- CMD), or drop it")
@@ -126,17 +126,17 @@ def cmd_exec(args: argparse.Namespace) -> int:
         res = resolve(**given)
         values = res.env(options.outputs(os.environ, args.for_))
         if args.preflight:
-            from . import stepcheck
-            from .commandline import step_timeout
+            from ..doctor import stepcheck
+            from .console import step_timeout
 
             seconds = step_timeout(os.environ, args.step_timeout)
     except SlurmEnvError as exc:
-        from .commandline import print_error
+        from .console import print_error
 
         print_error(exc)
         return 1
     if args.preflight and stepcheck.main_for(res, given, seconds, sys.stderr) != 0:
-        from .commandline import say
+        from .console import say
 
         say(f"slurmenv: the step check failed: {argv[0]!r} was not started\n")
         return 1
@@ -145,7 +145,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
         os.execvp(argv[0], argv)
     except (OSError, ValueError) as exc:
         why = exc.strerror if isinstance(exc, OSError) else str(exc)
-        from .commandline import say
+        from .console import say
 
         say(f"slurmenv: error: cannot run {argv[0]!r}: {why}\n")
         # the shell's convention: 127 not found, 126 found but not executable
@@ -166,22 +166,22 @@ COMMANDS = {"export": cmd_export, "exec": cmd_exec, "help": cmd_help}
 # Commands that live in their own module (imported only when used): name -> (the module with
 # its main(argv), help).
 EXTERNAL = {
-    "show": ("slurmenv.show", "every value with the variables it came from"),
+    "show": ("slurmenv.commands.show", "every value with the variables it came from"),
     "doctor": ("slurmenv.doctor.command",
                "check this task for what makes training hang; a fix each"),
     "dump": ("slurmenv.dump.command",
              "write what slurmenv reads here to a file to replay elsewhere"),
-    "torchrun": ("slurmenv.torchrun_command",
+    "torchrun": ("slurmenv.commands.torchrun",
                  "run torchrun once per node with its options filled in"),
-    "completion": ("slurmenv.completion", "print a completion script for bash, zsh or fish"),
+    "completion": ("slurmenv.commands.completion", "print a completion script for bash, zsh or fish"),
 }
 
 
 def entry_point() -> NoReturn:
     """The ``slurmenv`` console script (and ``python -m slurmenv``): :func:`main` on
     ``sys.argv``, then the process ends without the interpreter's teardown
-    (:func:`slurmenv.commandline.run_script`)."""
-    from .commandline import run_script
+    (:func:`slurmenv.commands.console.run_script`)."""
+    from .console import run_script
 
     run_script(main)
 
@@ -196,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Loaded before anything can fail (every command ends through it anyway): after a
     # MemoryError, importing it in the handlers below could fail again, with a traceback.
-    from . import commandline
+    from . import console as commandline
 
     for stream in (sys.stdout, sys.stderr):  # a value the locale cannot encode: escaped, not a
         reconfigure = getattr(stream, "reconfigure", None)  # traceback (export writes UTF-8)
@@ -247,7 +247,7 @@ def _run(argv: list[str]) -> int:
     if argv and not argv[0].startswith("-") and argv[0] not in (*COMMANDS, *EXTERNAL):
         import difflib
 
-        from .commandline import usage_error
+        from .console import usage_error
 
         close = difflib.get_close_matches(argv[0], [*COMMANDS, *EXTERNAL], n=1, cutoff=0.6)
         usage_error(f"unknown command {argv[0]!r}"

@@ -17,16 +17,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .protocol import (
-    ID_FIELDS,
-    MAX_MESSAGE,
-    ProtocolError,
-    encode,
-    message,
-    one_line,
-    split,
-)
-from .server import ACK_SECONDS, LINGER_SECONDS, peer_text
+from .protocol import ID_FIELDS, MAX_MESSAGE, ProtocolError, encode, message, one_line, split
+from .rank0 import ACK_SECONDS, LINGER_SECONDS, peer_text
 
 #: A task waits this long past the timeout for rank 0's verdict, from when it reached rank 0.
 VERDICT_GRACE = 10.0

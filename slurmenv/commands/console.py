@@ -20,16 +20,16 @@ from __future__ import annotations
 import os
 import sys
 
-from . import __version__, options, render, resolve
-from ._compat import TYPE_CHECKING
-from .errors import SlurmEnvError, printable
+from .. import __version__, options, render, resolve
+from ..errors import SlurmEnvError, printable
+from ..lean import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable, Mapping
     from typing import BinaryIO, NoReturn
 
-    from .resolution import Resolution
+    from ..resolution import Resolution
 
 
 def add_resolution_options(parser: argparse.ArgumentParser) -> None:
@@ -74,7 +74,7 @@ def print_error(exc: SlurmEnvError) -> None:
 def step_timeout(environ: Mapping[str, str], given: str | None) -> float:
     """The step check's timeout: ``--step-timeout`` (``given``), else ``SLURMENV_STEP_TIMEOUT``,
     else the default (``stepcheck.timeout_from``, which reads it by the one number rule)."""
-    from . import stepcheck
+    from ..doctor import stepcheck
 
     return stepcheck.timeout_from(environ, given)
 

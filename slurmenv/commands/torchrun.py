@@ -33,14 +33,14 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import _AUTO
-from ._compat import NamedTuple
-from .errors import SlurmEnvError
-from .render import check_one_per_node, filled_values, nproc_per_node  # export --for torchrun's
-from .resolution import Resolution
+from .. import _AUTO
+from ..errors import SlurmEnvError
+from ..lean import NamedTuple
+from ..render import check_one_per_node, filled_values, nproc_per_node  # export --for torchrun's
+from ..resolution import Resolution
 
 if TYPE_CHECKING:
-    from .options import Arg
+    from ..options import Arg
 
 #: torchrun options that take a value (canonical long name, without the leading ``--``).
 VALUE_OPTIONS = (
@@ -150,7 +150,7 @@ def build(
     Nothing is executed. Raises SlurmEnvError with the reason when the step cannot run
     torchrun (more than one task per node, outside a step, inside another launcher, ...).
     """
-    from . import options, resolve
+    from .. import options, resolve
 
     base = {k: v for k, v in environ.items() if k not in LAUNCHER_VARIABLES}
     if environ.get("TORCHELASTIC_RUN_ID"):
@@ -210,7 +210,7 @@ slurmenv options (before the torchrun options; each also has a SLURMENV_* variab
 def own_arguments() -> list[Arg]:
     """slurmenv's own options of ``slurmenv torchrun``: the options table's rows marked
     ``torchrun``, and ``--dry-run``."""
-    from .options import TABLE, arguments
+    from ..options import TABLE, arguments
 
     return [*arguments(row for row in TABLE if row.torchrun), ("--dry-run", {
         "dest": "dry_run", "default": None, "action": "store_true",
@@ -244,7 +244,7 @@ def usage() -> str:
 def parse_own(argv: Sequence[str]) -> tuple[dict[str, object], list[str]]:
     """slurmenv's own leading options (exact names only; see own_arguments), by field, then
     the rest for torchrun. ``-h``/``--help`` first: ``{"help": True}``."""
-    from .commandline import usage_error
+    from .console import usage_error
 
     known = dict(own_arguments())
     own: dict[str, object] = {}
@@ -275,7 +275,7 @@ def parse_own(argv: Sequence[str]) -> tuple[dict[str, object], list[str]]:
 
 def main(argv: Sequence[str]) -> int:
     """``slurmenv torchrun``: resolve, fill in torchrun's options, exec torchrun."""
-    from .commandline import print_error, usage_error, write_output
+    from .console import print_error, usage_error, write_output
 
     own, rest = parse_own(argv)
     if own.pop("help", False):

@@ -21,7 +21,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import printable
+from ...errors import printable
 
 MAGIC = b"slurmenv-stepcheck 2\n"
 MAX_MESSAGE = 16384  # bytes of one message (magic line + JSON line)

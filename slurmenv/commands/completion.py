@@ -27,7 +27,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 
-from ._compat import NamedTuple
+from ..lean import NamedTuple
 
 SHELL_NAMES = ("bash", "zsh", "fish")
 #: Where each shell looks for a completion file it loads by itself (see docs/shells.md).
@@ -110,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def commands() -> list[Command]:
     """Every command of ``slurmenv`` with its options, in the order of ``slurmenv --help``."""
-    from . import cli
+    from . import main as cli
 
     top = cli.build_parser()
     sub = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
@@ -410,7 +410,7 @@ def script(shell: str) -> str:
 
 def main(argv: Sequence[str]) -> int:
     """``slurmenv completion SHELL``: print the script."""
-    from .commandline import write_output
+    from .console import write_output
 
     args = build_parser().parse_args(argv)
     return write_output(script(args.shell))

@@ -7,11 +7,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import SlurmEnvError
-from ..resolution import Resolution
+from ...errors import SlurmEnvError
+from ...resolution import Resolution
 from .facts import AGREE
 from .protocol import one_line
-from .server import Arrival, Outcome
+from .rank0 import Arrival, Outcome
 
 MAX_SHOWN = 20  # problem lines shown before "... and N more"
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")  # a name that may go on a command line

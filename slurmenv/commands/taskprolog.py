@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ._compat import TYPE_CHECKING
+from ..lean import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -57,7 +57,7 @@ STOP_VALUE = "slurmenv-refused-this-task"
 def stop_names() -> tuple[str, ...]:
     """The names a refusal exports :data:`STOP_VALUE` for: every variable of every output set
     but the per-task bindings (GPU lists and thread counts stop nothing)."""
-    from .render import PET_NAMES, TF_NAMES, TORCH_NAMES
+    from ..render import PET_NAMES, TF_NAMES, TORCH_NAMES
 
     return (*TORCH_NAMES, *TF_NAMES, *PET_NAMES)
 
@@ -65,7 +65,7 @@ def stop_names() -> tuple[str, ...]:
 def in_task_step(environ: Mapping[str, str]) -> bool:
     """A step of srun tasks (not the batch, extern or interactive step, where Slurm's
     ``TaskProlog`` runs too and this prolog sets nothing)."""
-    from .launchers.base import SPECIAL_STEPS, step_id
+    from ..launchers.base import SPECIAL_STEPS, step_id
 
     step = step_id(environ) or ""
     return bool(step) and step not in SPECIAL_STEPS
@@ -81,7 +81,7 @@ KEYWORDS = (b"export ", b"unset ", b"print ")
 def protocol(values: Mapping[str, str]) -> str:
     """Slurm's task-prolog lines for ``values``; SlurmEnvError for a value with a line break,
     or one that a Slurm before 22.05.1 would cut where a piece reads as a protocol line."""
-    from .errors import SlurmEnvError
+    from ..errors import SlurmEnvError
 
     fix = "start the task with eval or exec instead: srun slurmenv exec -- COMMAND"
     lines = []
@@ -115,7 +115,7 @@ def refusal(text: str) -> str:
 
 def marked(values: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
     """``values`` and, last, :data:`slurmenv.worldguard.SET_BY`: this step and the names set."""
-    from .worldguard import SET_BY, step_key
+    from ..worldguard import SET_BY, step_key
 
     return {**values, SET_BY: f"{step_key(environ)}:{','.join(values)}"}
 
@@ -125,8 +125,8 @@ def run(environ: Mapping[str, str], site: bool = False) -> tuple[int, str]:
     ``site``: started by slurmenv-site-prolog, which acts only in jobs that opted in."""
     if not in_task_step(environ):
         return 0, ""
-    from . import options, resolve
-    from .errors import SlurmEnvError
+    from .. import options, resolve
+    from ..errors import SlurmEnvError
 
     try:
         if site and not options.parse_flag(environ.get(OPT_IN, ""), OPT_IN):
@@ -136,7 +136,7 @@ def run(environ: Mapping[str, str], site: bool = False) -> tuple[int, str]:
     except SlurmEnvError as exc:
         return 1, refusal(f"slurmenv: error: {exc}\nslurmenv: the task was not started")
     except Exception as exc:  # noqa: BLE001 - a bug must still stop the task, with a reason
-        from .commandline import unexpected
+        from .console import unexpected
 
         status, message = unexpected(exc, "The task was not started.", debug_hint=False)
         return status, refusal(message)
@@ -155,11 +155,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             status, text = run(os.environ, site=args == [SITE])
         if not text:
             return status
-        from .commandline import write_output
+        from .console import write_output
 
         return write_output(text) or status
     except KeyboardInterrupt:
-        from .commandline import write_output
+        from .console import write_output
 
         write_output(refusal("slurmenv: interrupted. The task was not started."))
         return 130  # 128 + SIGINT, as a shell reports it
@@ -167,8 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def entry_point() -> NoReturn:
     """The ``slurmenv-task-prolog`` console script: :func:`main`, run and ended as ``slurmenv``
-    is (:func:`slurmenv.commandline.run_script`)."""
-    from .commandline import run_script
+    is (:func:`slurmenv.commands.console.run_script`)."""
+    from .console import run_script
 
     if os.environ.get("SLURM_SCRIPT_CONTEXT") == "prolog_task":
         quiet_stderr()

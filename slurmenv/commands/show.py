@@ -19,16 +19,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import gpus, options, tfconfig
-from .commandline import (
-    add_resolution_options,
-    print_error,
-    resolve_from_args,
-    say,
-    write_output,
-)
-from .errors import SlurmEnvError, is_number, printable
-from .resolution import Resolution
+from .. import gpus, options, tfconfig
+from ..errors import SlurmEnvError, is_number, printable
+from ..resolution import Resolution
+from .console import add_resolution_options, print_error, resolve_from_args, say, write_output
 
 #: How the GPU column was computed (see gpu_column).
 GPUS_OWN_NODE = "own-node"
@@ -36,7 +30,7 @@ GPUS_MODULE = "slurmenv.gpus"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .commandline import argument_parser
+    from .console import argument_parser
 
     parser = argument_parser(
         prog="slurmenv show",
@@ -317,7 +311,7 @@ def main(argv: Sequence[str]) -> int:
     replay_json: dict[str, Any] | None = None
     try:
         if args.from_file:
-            from . import dump
+            from .. import dump
 
             loaded = dump.load(args.from_file)
             environ = loaded.environ
