@@ -270,7 +270,7 @@ def loaded_after(code: str, env: dict[str, str]) -> list[str]:
 # What every task of a step loads for `slurmenv export`: each module costs every task a part of
 # a millisecond (docs/performance.md), so one more is a decision, not an accident.
 EXPORT_PATH = {
-    "slurmenv", "slurmenv.lean", "slurmenv.commands.main", "slurmenv.commands.console", "slurmenv.pipeline",
+    "slurmenv", "slurmenv.lean", "slurmenv.commands", "slurmenv.commands.main", "slurmenv.commands.console", "slurmenv.pipeline",
     "slurmenv.errors", "slurmenv.gpus", "slurmenv.launchers", "slurmenv.launchers.base",
     "slurmenv.launchers.slurm", "slurmenv.layout", "slurmenv.nodes", "slurmenv.options",
     "slurmenv.ports", "slurmenv.render", "slurmenv.resolution", "slurmenv.tfconfig",
