@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="slurmenv-bench-") as tmp:
         os.chdir(tmp)  # `python -c` puts the working directory first on sys.path
         try:
-            printed = page.capture(
+            _, printed = page.capture(
                 lambda: report(args.short, Path(tmp), args.rounds or (9 if args.short else 60)))
         finally:
             os.chdir(cwd)

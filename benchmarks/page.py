@@ -10,11 +10,13 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from install import ROOT, SOURCES
 
 #: what the figures depend on: the package as installed, and the benchmark with its helpers
 MEASURED = (*SOURCES, "benchmarks", "tests")
+T = TypeVar("T")
 
 HEAD = """# Performance
 
@@ -52,8 +54,8 @@ def machine() -> str:
             f"({platform.python_implementation()})")
 
 
-def capture(run: Callable[[], object]) -> str:
-    """What ``run()`` prints, printed as it goes too."""
+def capture(run: Callable[[], T]) -> tuple[T, str]:
+    """What ``run()`` returns, and what it prints (printed as it goes too)."""
     captured = io.StringIO()
     real = sys.stdout
 
@@ -67,10 +69,10 @@ def capture(run: Callable[[], object]) -> str:
 
     sys.stdout = Tee()
     try:
-        run()
+        result = run()
     finally:
         sys.stdout = real
-    return captured.getvalue()
+    return result, captured.getvalue()
 
 
 def commit() -> str:
@@ -82,8 +84,8 @@ def commit() -> str:
     try:
         head = git("rev-parse", "--short", "HEAD")
         dirty = git("status", "--porcelain", "--", *MEASURED)
-    except (OSError, subprocess.CalledProcessError) as exc:
-        return f"unknown ({ROOT} is not a git checkout here: {exc})"
+    except (OSError, subprocess.CalledProcessError):
+        return f"unknown (no git, or {ROOT} is not a git checkout)"
     return f"`{head}`" + (" with uncommitted changes" if dirty else "")
 
 
@@ -92,13 +94,7 @@ def write_page(page: Path, command: str, run: Callable[[], int]) -> int:
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     load_start = os.getloadavg()[0]
     measured = commit()
-    status = 0
-
-    def keep_status() -> None:
-        nonlocal status
-        status = run()
-
-    body = capture(keep_status)
+    status, body = capture(run)
     load_end = os.getloadavg()[0]
     cpus = os.cpu_count() or 1
     load_note = ""
