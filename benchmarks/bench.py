@@ -5,9 +5,10 @@
     python benchmarks/bench.py --short   # CI: well under a minute; fails only on errors
     python benchmarks/bench.py --write docs/performance.md   # full run, written as that page
 
-``--short`` exits non-zero on a wrong answer from slurmenv and on any unexpected exception
-(a crash is a bug, not a slow machine); it never fails because a figure is slow or a target
-is not met (its NOT MET lines are information). Every figure is a median over many runs,
+``--short`` exits non-zero on a wrong answer from slurmenv, on any unexpected exception (a
+crash is a bug, not a slow machine) and on a printout whose sections differ from
+``sections.py``; it never fails because a figure is slow or a target is not met (its NOT MET
+lines are information). Every figure is a median over many runs,
 printed with its spread: the interquartile range ``(q1–q3)`` of the same runs.
 
 slurmenv runs once in every task of every step, so what matters is what one task pays. The
@@ -28,7 +29,8 @@ benchmarks gives the context. The parts:
 * ``step_check_scale.py``: the step check at 1,000, 4,000 and 10,000 tasks on loopback, beside
   torch's ``TCPStore`` (short run: 200 tasks);
 * ``hostile.py``: hostile input (128 KiB values) against the largest valid 1,000-node step;
-* ``page.py``: docs/performance.md.
+* ``sections.py``: every section's heading and table columns, declared once;
+* ``page.py``: docs/performance.md, which names the commit it measured.
 """
 
 from __future__ import annotations
