@@ -5,9 +5,10 @@
     python benchmarks/bench.py --short   # CI: well under a minute; fails only on errors
     python benchmarks/bench.py --write docs/performance.md   # full run, written as that page
 
-``--short`` exits non-zero on a wrong answer from slurmenv and on any unexpected exception
-(a crash is a bug, not a slow machine); it never fails because a figure is slow or a target
-is not met (its NOT MET lines are information). Every figure is a median over many runs,
+``--short`` exits non-zero on a wrong answer from slurmenv, on any unexpected exception (a
+crash is a bug, not a slow machine) and on a printout whose sections differ from
+``sections.py``; it never fails because a figure is slow or a target is not met (its NOT MET
+lines are information). Every figure is a median over many runs,
 printed with its spread: the interquartile range ``(q1–q3)`` of the same runs.
 
 slurmenv runs once in every task of every step, so what matters is what one task pays. The
@@ -28,7 +29,8 @@ benchmarks gives the context. The parts:
 * ``step_check_scale.py``: the step check at 1,000, 4,000 and 10,000 tasks on loopback, beside
   torch's ``TCPStore`` (short run: 200 tasks);
 * ``hostile.py``: hostile input (128 KiB values) against the largest valid 1,000-node step;
-* ``page.py``: docs/performance.md.
+* ``sections.py``: every section's heading and table columns, declared once;
+* ``page.py``: docs/performance.md, which names the commit it measured.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ import hostile
 import page
 import rival_look
 import scale
+import sections
 import startup
 import step_check
 import step_check_scale
@@ -61,8 +64,6 @@ TARGET_RATIO = 1.25
 TARGET_RATIO_NODES = startup.TARGET_RATIO_NODES
 TARGET_RESOLVE_S = 0.5
 MAX_EXPONENT = 1.2  # "linear", with room for noise
-PROCESS_HEADER = ["nodes", "command", "median", "× python -c pass", '× python -c "import re"',
-                  "same, CPU time"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -85,9 +86,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="slurmenv-bench-") as tmp:
         os.chdir(tmp)  # `python -c` puts the working directory first on sys.path
         try:
-            report(args.short, Path(tmp), args.rounds or (9 if args.short else 60))
+            _, printed = page.capture(
+                lambda: report(args.short, Path(tmp), args.rounds or (9 if args.short else 60)))
         finally:
             os.chdir(cwd)
+    problems = sections.differences(printed, complete=not args.short)
+    if problems:  # the page's test holds docs/performance.md to sections.py
+        raise SystemExit("bench.py: what this run printed differs from benchmarks/sections.py:\n"
+                         + "\n".join(problems))
     print(f"\n({time.perf_counter() - started:.1f} s)")
     return 0
 
@@ -140,35 +146,34 @@ def report(short: bool, tmp: Path, rounds: int) -> None:
         headline, proc_sizes, proc_rounds, warmup, not short, unavoidable, recipe)
     title = ("as users install it (a fresh virtual environment)" if venv is not None
              else "with this interpreter (the fresh virtual environment could not be built)")
-    print(f"## Start-up of one task, {title}\n")
+    print(sections.STARTUP.heading(install=title) + "\n")
     print(f"Whole processes, median of {rounds} rounds. Ratios: median over the rounds of the "
           "command's time over the\nreference's in the same round; last column: the same with "
           "CPU time (user + system).\n")
-    print(table(PROCESS_HEADER, rows))
+    print(table(sections.PROCESSES, rows))
     for note in [*notes, *proc_notes, UNAVOIDABLE_NOTE]:
         print(f"\n{note}")
     context: dict[str, float] = {}
     if not short and venv is not None:
         rows, context, _ = startup.processes(
             setup, context_sizes, proc_rounds, warmup, False, None, None)
-        print("\n### The same with this machine's interpreter (context)\n")
+        print("\n" + sections.CONTEXT.heading() + "\n")
         print(f"{sys.executable}, whose start-up loads what its site-packages' `.pth` files "
               "import: a higher floor,\nwhich hides part of what slurmenv itself costs.\n")
-        print(table(PROCESS_HEADER, rows))
+        print(table(sections.PROCESSES, rows))
 
     if venv is not None:
         modules, phases, avoided, where_notes = startup.where_the_time_goes(
             venv, tmp, TARGET_RATIO_NODES, 3 if short else 30)
-        print(f"\n## Where `slurmenv export`'s time goes ({TARGET_RATIO_NODES:,} nodes, "
-              "fresh virtual environment)\n")
+        print("\n" + sections.WHERE.heading(nodes=TARGET_RATIO_NODES) + "\n")
         print("The parts of its work, timed in one process (cold: a new process each time, "
               f"median of {3 if short else 30}):\n")
-        print(table(["part", "time"], phases))
+        print(table(sections.WHERE.tables[0], phases))
         print("\nThe modules it imports beyond `python -c \"import re\"`:\n")
-        print(table(["module", "import (self)"], modules))
+        print(table(sections.WHERE.tables[1], modules))
         print("\nWhat its path does without, and what each would cost (timed the same way, "
               "after `import re`):\n")
-        print(table(["avoided", "cost"], avoided))
+        print(table(sections.WHERE.tables[2], avoided))
         for note in [*where_notes, AVOIDED_NOTE]:
             print(f"\n{note}")
 
@@ -177,43 +182,39 @@ def report(short: bool, tmp: Path, rounds: int) -> None:
                    100_000: max(3, rounds)}
     inproc_sizes = (*SIZES[:2], GROWTH_FROM, SIZES[2])
     rows, inproc, inproc_notes = scale.bench_in_process(setup, inproc_sizes, call_rounds)
-    print(f"\n## In process (median of {call_rounds[4]} calls; "
-          f"{call_rounds[SIZES[2]]} at {GROWTH_FROM:,} and {SIZES[2]:,})\n")
-    print(table(["nodes", "resolve()", "µs/node", "resolve() + env('torch')",
-                 "TF_CONFIG dict", "µs/node", "TF_CONFIG JSON"], rows))
+    print("\n" + sections.IN_PROCESS.heading(calls=call_rounds[4], few=call_rounds[SIZES[2]],
+                                             growth=GROWTH_FROM, largest=SIZES[2]) + "\n")
+    print(table(sections.IN_PROCESS.tables[0], rows))
     for note in inproc_notes:
         print(f"\n{note}")
 
     others = 40 if short else 400
     rows, rival_notes = rival_look.bench_rivals(setup, others, call_rounds[4])
-    print(f"\n## Rank 0 of an mpirun: the look for rival launches "
-          f"(median of {call_rounds[4]} calls)\n")
-    print(table(["processes on the node", "resolve() without looking", "resolve()",
-                 "the look", "per process"], rows))
+    print("\n" + sections.RIVALS.heading(calls=call_rounds[4]) + "\n")
+    print(table(sections.RIVALS.tables[0], rows))
     for note in rival_notes:
         print(f"\n{note}")
 
     rows, step_notes = step_check.run(short)
-    print("\n## The step check against the number of ranks (`srun slurmenv exec --preflight`)\n")
-    print(table(step_check.HEADER, rows))
+    print("\n" + sections.STEP_CHECK.heading() + "\n")
+    print(table(sections.STEP_CHECK.tables[0], rows))
     for note in step_notes:
         print(f"\n{note}")
     rows, step_notes = step_check_scale.run(short)
-    print("\n## The step check at 1,000 to 10,000 tasks, beside torch's TCPStore\n")
-    print(table(step_check_scale.HEADER, rows))
+    print("\n" + sections.STEP_SCALE.heading() + "\n")
+    print(table(sections.STEP_SCALE.tables[0], rows))
     for note in step_notes:
         print(f"\n{note}")
 
     rows, _ = hostile.bench(3 if short else rounds)
-    print(f"\n## Hostile input against the largest valid step (issue 26; CPU time, median of "
-          f"{3 if short else rounds})\n")
-    print(table(hostile.HEADER, rows))
+    print("\n" + sections.HOSTILE.heading(rounds=3 if short else rounds) + "\n")
+    print(table(sections.HOSTILE.tables[0], rows))
     print(f"\n{hostile.NOTE}")
 
     if not short:
         rows, mem_notes = scale.bench_memory(headline, SIZES[-1])
-        print(f"\n## Peak memory at {SIZES[-1]:,} tasks (maximum resident set size)\n")
-        print(table(["process", "peak RSS", "over the floor"], rows))
+        print("\n" + sections.MEMORY.heading(tasks=SIZES[-1]) + "\n")
+        print(table(sections.MEMORY.tables[0], rows))
         for note in mem_notes:
             print(f"\n{note}")
 
@@ -226,12 +227,12 @@ UNAVOIDABLE_NOTE = (
     "simpler ports), with none of slurmenv's checks, and ends without the interpreter's "
     "teardown as export does: what any tool must pay for this step.")
 AVOIDED_NOTE = (
-    "Export's path imports neither `typing` (`slurmenv/_compat.py` gives its NamedTuple) nor "
+    "Export's path imports neither `typing` (`slurmenv/lean.py` gives its NamedTuple) nor "
     "`json` (TF_CONFIG is encoded by `tfconfig.py`, checked byte for byte against json.dumps), "
     "`socket`, `subprocess` or argparse (common `export` and `exec` command lines are parsed by "
     "`options.parse_leading`, checked against argparse); tests/test_fast_path.py keeps it so. "
     "Cut for issue 21: the console scripts end without the interpreter's teardown once the "
-    "output is written (`commandline.end`: `os._exit`, unless an atexit handler or another "
+    "output is written (`commands/console.end`: `os._exit`, unless an atexit handler or another "
     "thread needs the teardown), the path no longer imports `collections.abc`, TF_CONFIG's "
     "plain strings are quoted without `_json`, and `render.sh_word` replaces characters in turn "
     "instead of compiling a regular expression. "
@@ -267,7 +268,8 @@ def targets(short: bool, fresh: bool, proc: dict[str, float], context: dict[str,
     growth, tf_growth = exponent("resolve" + CPU), exponent("tf dict" + CPU)
     reference = exponent(scale.REFERENCE + CPU)
     wall = f"wall-clock time: {exponent('resolve')[0]:.2f} and {exponent('tf dict')[0]:.2f}"
-    print("\n## Targets" + (" (information: a short run never fails on them)" if short else ""))
+    print("\n" + sections.TARGETS.heading(
+        information=" (information: a short run never fails on them)" if short else ""))
     print("\nEach figure: the median, and the range between the quartiles of its runs; a target "
           "is met\nwhen the median meets it.\n")
     where = "in a fresh virtual environment" if fresh else "with this interpreter"

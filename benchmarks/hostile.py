@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+import sections
 from harness import WrongAnswer, ms, table
 
 HERE = Path(__file__).resolve().parent
@@ -91,7 +92,6 @@ def bench(rounds: int) -> tuple[list[list[str]], dict[str, float]]:
     return rows, medians
 
 
-HEADER = ["input (1,000 nodes x 2 tasks)", "CPU time", "over the largest valid", "answer"]
 NOTE = ("Every variable is read and checked before anything grows with it: numbers by their "
         "digits (at most 20), addresses and the template as host names (at most 253 "
         "characters), and TF_CONFIG's size from the world size and the shortest address "
@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], object] = print
     parser.add_argument("--rounds", type=int, default=20)
     args = parser.parse_args(argv)
     rows, _ = bench(args.rounds)
-    out(table(HEADER, rows))
+    out(table(sections.HOSTILE.tables[0], rows))
     out("\n" + NOTE)
     return 0
 

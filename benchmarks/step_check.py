@@ -21,23 +21,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import re
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
+import sections
 import step_check_scale
 from harness import WrongAnswer, table, with_spread
+from step_check_scale import REPORT, ROOT, loopback
 
-ROOT = Path(__file__).resolve().parent.parent
 FULL_SIZES = (2, 4, 8, 16, 32)
 SHORT_SIZES = (2,)
-REPORTED = re.compile(r"^slurmenv step check: (\d+) of (\d+) ranks reached \S+ in (\d+\.\d) s, "
-                      r"all agree$")
 
 
 def seconds(value: float) -> str:
@@ -54,7 +50,7 @@ def _reported(text: str, world: int) -> float:
     """Rank 0's figure from its report; WrongAnswer unless the step passed whole."""
     for line in text.splitlines():
         line = line.split(": ", 1)[1] if re.match(r"^ *\d+: ", line) else line  # srun --label
-        found = REPORTED.match(line)
+        found = REPORT.match(line)
         if found:
             if (int(found.group(1)), int(found.group(2))) != (world, world):
                 raise WrongAnswer(f"step of {world}: {line}")
@@ -109,33 +105,16 @@ def bench_cluster(sizes: Sequence[int], rounds: int) -> tuple[list[list[str]], l
 
 
 # -- short run: processes of this machine ---------------------------------------------------
-def _free_port() -> int:
-    for _ in range(200):
-        port = random.randint(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind(("", port))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free port")
-
-
 def bench_loopback(sizes: Sequence[int], rounds: int) -> tuple[list[list[str]], list[str]]:
-    sys.path.insert(0, str(ROOT / "tests"))
-    import synth
-
     rows = []
     for world in sizes:
         own = []
         for _ in range(rounds):
-            port = _free_port()
-            envs = synth.step_envs(["n1", "n2"], [world // 2, world - world // 2])
+            envs = loopback.step([world // 2, world - world // 2], loopback.free_port())
             procs = [subprocess.Popen(
                 [sys.executable, "-m", "slurmenv", "doctor", "--step", "--step-timeout", "60"],
-                env={**synth.clean_env(), **env, "PYTHONPATH": str(ROOT),
-                     "SLURMENV_MASTER_ADDR": "127.0.0.1", "SLURMENV_PORT": str(port)},
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for env in envs]
+                env=loopback.process_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True) for env in envs]
             outs = [p.communicate(timeout=120) for p in procs]
             if any(p.returncode for p in procs):
                 raise WrongAnswer(f"step of {world} on loopback: {outs}")
@@ -144,10 +123,6 @@ def bench_loopback(sizes: Sequence[int], rounds: int) -> tuple[list[list[str]], 
     notes = [(f"Short run: {rounds} steps per size of processes of this machine on loopback "
              "(synthetic Slurm environments); no cluster.")]
     return rows, notes
-
-
-HEADER = ["ranks", "nodes", "srun slurmenv exec -- true", "... exec --preflight -- true",
-          "the check adds", "rank 0's figure"]
 
 
 def run(short: bool, rounds: int | None = None) -> tuple[list[list[str]], list[str]]:
@@ -164,13 +139,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.perf_counter()
     rows, notes = run(args.short, args.rounds)
-    print("## The step check against the number of ranks\n")
-    print(table(HEADER, rows))
+    print(sections.STEP_CHECK.heading() + "\n")
+    print(table(sections.STEP_CHECK.tables[0], rows))
     for note in notes:
         print(f"\n{note}")
     rows, notes = step_check_scale.run(args.short)
-    print("\n## The step check at scale, beside torch's TCPStore\n")
-    print(table(step_check_scale.HEADER, rows))
+    print("\n" + sections.STEP_SCALE.heading() + "\n")
+    print(table(sections.STEP_SCALE.tables[0], rows))
     for note in notes:
         print(f"\n{note}")
     print(f"\n({time.perf_counter() - started:.1f} s)")

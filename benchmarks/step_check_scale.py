@@ -24,10 +24,8 @@ import argparse
 import asyncio
 import json
 import os
-import random
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,9 +33,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import sections
 from harness import WrongAnswer, table
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.append(str(ROOT / "tests"))  # the tests' loopback steps, not a copy of them
+import loopback
+
 SIZES = (1000, 4000, 10000)
 SHORT_SIZES = (200,)
 #: torch's side: at 4,000 clients its store had not gathered them after 3 minutes here (its
@@ -46,33 +48,13 @@ TORCH_SIZES = (1000,)
 PER_NODE = 8
 WORKERS = 4
 SOFT_LIMIT = 1024  # the common default: rank 0 raises it
-HEADER = ["tasks", "slurmenv rank 0: process", "gathering (its report)", "its CPU",
-          "its peak memory", "torch TCPStore: all joined", "its master's CPU meanwhile",
-          "its peak memory"]
 REPORT = re.compile(r"^slurmenv step check: (\d+) of (\d+) ranks reached \S+ in (\d+\.\d) s, "
                     r"all agree$")
 
 
-def free_port() -> int:
-    for _ in range(200):
-        port = random.randint(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind(("", port))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free port")
-
-
 def step_env(world: int, rank: int, port: int) -> dict[str, str]:
-    sys.path.insert(0, str(ROOT / "tests"))
-    import synth
-
-    nodes = world // PER_NODE
-    env = synth.step_env([f"n{i + 1}" for i in range(nodes)], [PER_NODE] * nodes, rank)
-    return {**synth.clean_env(), **env, "PYTHONPATH": str(ROOT),
-            "SLURMENV_MASTER_ADDR": "127.0.0.1", "SLURMENV_PORT": str(port)}
+    """Task ``rank``'s process environment in a loopback step of ``world`` tasks."""
+    return loopback.process_env(loopback.step_env([PER_NODE] * (world // PER_NODE), port, rank))
 
 
 # -- the clients (run as: step_check_scale.py --worker WORLD PORT FIRST STEP) ----------------
@@ -158,7 +140,7 @@ def _cpu(report: Path) -> float:
 
 def bench_slurmenv(world: int) -> tuple[float, float, float, float]:
     """(rank 0's process seconds, its gathering seconds, its CPU seconds, its peak MiB)."""
-    port = free_port()
+    port = loopback.free_port()
     workers = _workers(["--worker", str(world), str(port)], min(WORKERS, world - 1))
     code = ("import resource, runpy, sys\n"
             "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
@@ -222,7 +204,7 @@ def bench_torch(world: int) -> tuple[float, float, float] | None:
 
     if importlib.util.find_spec("torch") is None:  # not imported here: see _timed
         return None
-    port = free_port()
+    port = loopback.free_port()
     count = min(WORKERS, world - 1)
     code = {"port": port, "world": world}
     workers = [subprocess.Popen([sys.executable, "-c", TORCH_WORKER.format(**code), str(i),
@@ -293,8 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch_sizes = [int(s) for s in parsed.torch_sizes.split(",")] if parsed.torch_sizes \
         else None
     rows, notes = run(parsed.short, sizes, torch_sizes)
-    print("## The step check at scale, beside torch's TCPStore\n")
-    print(table(HEADER, rows))
+    print(sections.STEP_SCALE.heading() + "\n")
+    print(table(sections.STEP_SCALE.tables[0], rows))
     for note in notes:
         print(f"\n{note}")
     return 0

@@ -1,10 +1,9 @@
-"""Helpers of the step check's loopback tests (tests/test_stepcheck*.py): synthetic steps whose
-rank 0 is this machine, tasks as threads or processes, and raw peers speaking the protocol."""
+"""Helpers of the step check's loopback tests (tests/test_stepcheck*.py): tasks of a loopback
+step (tests/loopback.py builds their environments) as threads or processes, and raw peers
+speaking the protocol."""
 
 from __future__ import annotations
 
-import pathlib
-import random
 import socket
 import subprocess
 import sys
@@ -13,38 +12,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import synth
+from loopback import ROOT, process_env
 
 from slurmenv import options, resolve
 from slurmenv.doctor import stepcheck
 from slurmenv.doctor.stepcheck import protocol
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 # the first resolve() of a process imports the launchers: done here, before any thread does
 resolve(synth.step_envs(["n1"], [1])[0], ephemeral_range=None, rivals=None)
-
-
-def free_port() -> int:
-    """A port below the ephemeral range that nothing listens on here."""
-    for _ in range(200):
-        port = random.randint(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind(("", port))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free port")
-
-
-def step(counts: list[int], port: int, **per_rank: Mapping[str, str]) -> list[dict[str, str]]:
-    """The environments of a synthetic step whose rank 0 is this machine (loopback)."""
-    hosts = [f"n{i + 1}" for i in range(len(counts))]
-    envs = []
-    for rank, env in enumerate(synth.step_envs(hosts, counts)):
-        env = {**env, "SLURMENV_MASTER_ADDR": "127.0.0.1", "SLURMENV_PORT": str(port)}
-        env.update(per_rank.get(f"r{rank}", {}))
-        envs.append(env)
-    return envs
 
 
 def facts(env: Mapping[str, str]) -> dict[str, Any]:
@@ -137,7 +112,7 @@ def run_tasks(envs: list[dict[str, str]], argv: list[str],
         if delays:
             threading.Event().wait(delays[i])
         procs[i] = subprocess.Popen([sys.executable, "-m", "slurmenv", *argv],
-                                    env={**synth.clean_env(), **envs[i]}, cwd=ROOT, text=True,
+                                    env=process_env(envs[i]), cwd=ROOT, text=True,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     in_threads([lambda i=i: start(i) for i in range(len(envs))])

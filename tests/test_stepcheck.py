@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from stepcheck_util import check_step, free_port, run_tasks, step
+from loopback import free_port, step
+from stepcheck_util import check_step, run_tasks
 
 from slurmenv import SlurmEnvError, resolve
 from slurmenv.doctor import stepcheck

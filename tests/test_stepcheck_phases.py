@@ -14,18 +14,16 @@ from typing import Any
 
 import pytest
 import synth
+from loopback import ROOT, free_port, step
 from stepcheck_util import (
-    ROOT,
     check_step,
     connect,
     facts,
-    free_port,
     hangs_up,
     hello,
     in_threads,
     read_message,
     run_tasks,
-    step,
     task_job,
 )
 
