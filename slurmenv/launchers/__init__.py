@@ -1,7 +1,9 @@
 """The launcher registry: which launcher started this task, tried in order.
 
-Each entry names a module of this package (the interface every one meets is
-``contract.Launcher``; what they share is in ``base.py``). The signals
+``REGISTRY`` is the one list of launchers: everything else that lists them (the docs, the
+contract check, the tests' launches) is generated from it or checked against it. Each entry
+names a module of this package (the interface every one meets: ``tests/launcher_contract.py``;
+what they share is in ``base.py``). The signals
 overlap, so the order decides; the comment on each line says why it is there. Modules are
 imported in order only until one detects the task, and a module listed in :data:`SIGNALS` only
 when one of its signal variables is set: a Slurm step task imports ``slurm`` and no other
@@ -83,11 +85,9 @@ REGISTRY = (
 #: written but not registered fails the suite instead of never detecting anything.
 HELPERS = (
     "base",  # Task, Topology and the rules every launcher's read follows
-    "contract",  # the Launcher protocol every registered module meets (mypy and the tests)
     "evidence",  # /proc evidence of a scrubbed Slurm step, for the single-process default
     "mpi",  # what openmpi, hydra and mvapich share
     "apinfo",  # the PALS apinfo file pals.py reads
-    "table",  # the docs' launcher tables, from each module's CLAIMS
     "topology",  # the node order of Slurm 26.05's block steps under a topology plugin
 )
 

@@ -2,8 +2,9 @@
 and the rules about Slurm variables and credentials that must live in one place.
 
 A launcher module (see ``launchers/__init__.py`` for the registry and ``docs/design.md`` for
-the recipe) declares what ``contract.Launcher`` lists (``NAME``, ``VARIABLES``, ``PREFIXES``,
-``TASK_VARIABLES``, ``FALLBACK``, ``WHY_EMPTY``, ``CLAIMS``, ``detect``, ``read``), and
+the recipe) declares what ``tests/launcher_contract.py`` lists (``NAME``, ``VARIABLES``,
+``PREFIXES``, ``TASK_VARIABLES``, ``FALLBACK``, ``WORLD``, ``ENCLOSED_BY``, ``WHY_EMPTY``,
+``detect``, ``read``), and
 ``slurmenv/pipeline.py`` (``derive``) turns the Task ``read`` gives into a Resolution
 (address, port, bindings). The helpers below (:func:`read_int`, :func:`optional_int`,
 :func:`agree`, :func:`node_sources`, :func:`hashed_id`) hold the rules every launcher's

@@ -40,30 +40,13 @@ PREFIXES: tuple[str, ...] = ()
 #: WORLD_SIZE each such pod would train alone (local.py refuses). KUBERNETES_SERVICE_HOST is in
 #: every pod, and PET_* are torchrun's arguments, which slurmenv itself exports.
 TASK_VARIABLES = ("JOB_COMPLETION_INDEX", "VC_TASK_INDEX", "VK_TASK_INDEX")
-FALLBACK = False  # not the single-process default (contract.Launcher)
-#: The variables that hold this task's place in the world when this launcher started it
-#: (Task field, variable): the world guard compares them (slurmenv/worldguard.py).
+FALLBACK = False
 WORLD: tuple[tuple[str, str], ...] = (("rank", "RANK"), ("world_size", "WORLD_SIZE"), ("rank", "PET_NODE_RANK"),
          ("world_size", "PET_NNODES"))
-#: No launcher's variables here describe another process that started this one.
 ENCLOSED_BY: tuple[str, ...] = ()
-#: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
 WHY_EMPTY = {
     "PREFIXES": "every variable read is named in VARIABLES",
 }
-#: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
-CLAIMS = (
-    {
-        "name": "Kubernetes operators: Kubeflow PyTorchJob, Trainer v2, Volcano",
-        "started_by": "Kubernetes: Kubeflow PyTorchJob, Trainer v2 / JobSet, Volcano",
-        "signal": "`KUBERNETES_SERVICE_HOST` with `RANK`/`WORLD_SIZE` or `PET_NNODES`",
-        "status": "documented variables only",
-        "source": "training-operator's `envvar.go`, trainer's `torch.go`, Volcano's "
-                  "`pytorch.go`; fixtures",
-        "tests": ("tests/test_k8s.py (on `tests/fixtures/beyond/`)",),
-        "page": "launchers-beyond-slurm.md",
-    },
-)
 TORCHRUN_FIX = (
     "run one process per pod (PyTorchJob nprocPerNode: 1, TrainJob numProcPerNode: 1), or "
     "start torchrun in each pod (it reads the PET_* variables as its arguments and gives every "

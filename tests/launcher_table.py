@@ -1,9 +1,9 @@
 """The launcher tables of ``docs/launchers.md`` and ``docs/launchers-beyond-slurm.md``, made from
-what each launcher module declares about itself (a test keeps the pages equal to them).
+``launcher_claims.CLAIMS`` (a test keeps the pages equal to them; ``python tests/regen.py``
+rewrites them). Test and docs code: nothing in the package imports it.
 
-Every module of the registry declares ``CLAIMS``: one plain dict per way its tasks are started,
-each a row of the launcher table. Plain data, so that importing a launcher on ``srun``'s start-up
-path costs nothing more; :func:`claims` checks them. The keys:
+Every launcher of the registry has its claims there: one plain dict per way its tasks are
+started, each a row of the launcher table; :func:`claims` checks them. The keys:
 
 * ``name``: the launcher as prose calls it (``"Open MPI"``, ``"MPICH (Hydra)"``); the README's
   claims are checked against it;
@@ -62,7 +62,7 @@ REQUIRED = ("name", "started_by", "signal", "status")
 
 def check(module: str, raw: object) -> Claim:
     """One declared claim of launcher ``module``; ValueError or TypeError says what is wrong."""
-    where = f"slurmenv/launchers/{module}.py CLAIMS"
+    where = f"tests/launcher_claims.py, {module}"
     if not isinstance(raw, dict):
         raise TypeError(f"{where}: a claim is a dict, not {raw!r}")
     unknown = sorted(set(raw) - set(Claim._fields[1:]))
@@ -91,15 +91,20 @@ def check(module: str, raw: object) -> Claim:
 
 
 def claims() -> list[Claim]:
-    """Every launcher's claims, in registry order (imports every launcher)."""
-    from . import REGISTRY, load
+    """Every launcher's claims, in registry order: ValueError for a launcher without claims
+    or claims of a launcher not registered."""
+    from launcher_claims import CLAIMS
 
+    from slurmenv.launchers import REGISTRY
+
+    unknown = sorted(set(CLAIMS) - set(REGISTRY))
+    if unknown:
+        raise ValueError(f"tests/launcher_claims.py: {unknown} not in the registry")
     found = []
     for name in REGISTRY:
-        declared = getattr(load(name), "CLAIMS", ())
-        if not declared:
-            raise ValueError(f"slurmenv/launchers/{name}.py declares no CLAIMS")
-        found += [check(name, raw) for raw in declared]
+        if not CLAIMS.get(name):
+            raise ValueError(f"tests/launcher_claims.py declares no claims of launcher {name!r}")
+        found += [check(name, raw) for raw in CLAIMS[name]]
     return found
 
 
