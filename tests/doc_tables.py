@@ -35,6 +35,12 @@ def _launchers(render: str) -> Callable[[], str]:
     return block
 
 
+def _registry() -> str:
+    import launcher_table
+
+    return launcher_table.registry_order()
+
+
 def _doctor_checks() -> str:
     # the checks register themselves when checks.py imports the checks_* modules
     # (slurmenv.doctor loads it lazily)
@@ -146,6 +152,7 @@ BLOCKS: dict[str, tuple[Callable[[], str], str]] = {
     "launcher-tests": (_launchers("launcher_tests"), "tests/launcher_claims.py"),
     "mpi-versions": (_launchers("mpi_versions"), "tests/launcher_claims.py"),
     "beyond-slurm": (_launchers("beyond_slurm"), "tests/launcher_claims.py"),
+    "launcher-registry": (_registry, "REGISTRY, its comments and SIGNALS in slurmenv/launchers/__init__.py"),
     "doctor-checks": (_doctor_checks, "the @check registrations of slurmenv/doctor/checks_*.py"),
     "api-signatures": (_api_signatures, "the signatures of slurmenv's public functions"),
     "releases": (_releases, "the FEATURES of tests/test_real_*.py"),

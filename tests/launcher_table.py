@@ -182,3 +182,37 @@ def beyond_slurm(found: list[Claim]) -> str:
     lines += [f"| {c.name} | `{c.module}.py` | {status_cell(c, link=False)} |"
               for c in found if c.page == BEYOND]
     return "\n".join(lines)
+
+
+def registry_order() -> str:
+    """docs/design.md: the registry in its order, each launcher with its signal variables
+    (``SIGNALS``: its module is not imported without one) and the comment that gives the reason
+    for its place (the comment lines above it in ``slurmenv/launchers/__init__.py``)."""
+    import io
+    import tokenize
+    from pathlib import Path
+
+    from slurmenv import launchers
+
+    source = Path(launchers.__file__).read_text(encoding="utf-8")
+    body = source[source.index("REGISTRY = ("):]
+    reasons: dict[str, str] = {}
+    comment: list[str] = []
+    for token in tokenize.generate_tokens(io.StringIO(body).readline):
+        if token.type == tokenize.COMMENT:
+            comment.append(token.string.lstrip("#").strip())
+        elif token.type == tokenize.STRING:
+            reasons[token.string.strip("\"'")] = " ".join(comment)
+            comment = []
+        elif token.type == tokenize.OP and token.string == ")":
+            break
+    lines = []
+    for number, name in enumerate(launchers.REGISTRY, 1):
+        signals = launchers.SIGNALS.get(name)
+        shown = (f" (imported only with {', '.join(f'`{s}`' for s in signals)})"
+                 if signals else "")
+        if not reasons.get(name):
+            raise ValueError(f"slurmenv/launchers/__init__.py: no comment above {name!r} in "
+                             "REGISTRY says why it is there")
+        lines.append(f"{number}. **{name}**{shown}: {reasons[name]}")
+    return "\n".join(lines)

@@ -33,7 +33,8 @@ REGISTRY = (
     # broker, not the task; and Flux's cray-pals plugin sets PALS_* too ("pals" below).
     "flux",
     # A step task of a heterogeneous job (SLURM_HET_SIZE): a Slurm step whose node order is
-    # component order when it spans components; the same tasks "slurm" detects, so before it.
+    # component order when it spans components; the same tasks "slurm" detects, so before it
+    # (it reads them with slurm.task: slurm.py never imports het.py).
     "het",
     # A real Slurm step task whose SLURM_* are its own (base.slurm_step_is_own): srun tasks,
     # and srun --mpi=pmi2/cray_shasta ranks whose PMI_*/PALS_* agree with SLURM_PROCID.
@@ -75,8 +76,9 @@ REGISTRY = (
     # Any rank-like variable set by hand outside Slurm: complete or refused. After every
     # launcher, whose own variables describe the task better than inherited ones.
     "preset",
-    # No launcher variable at all: a single process on this machine, unless /proc shows a
-    # Slurm task step whose variables were scrubbed (FALLBACK, evidence.py).
+    # No launcher variable at all: a single process on this machine (FALLBACK), refused when
+    # a variable another launcher declares in TASK_VARIABLES is set or /proc shows a Slurm
+    # task step whose variables were scrubbed (evidence.py): no other launcher pays for either.
     "local",
 )
 
