@@ -247,3 +247,15 @@ def test_the_readme_names_no_launcher_the_code_does_not_declare() -> None:
     named = [w for w in LAUNCHER_WORDS if re.search(rf"(?<![\w-]){re.escape(w)}(?![\w-])", section)]
     assert {"Open MPI", "Flux", "LSF", "Kubernetes"} <= set(named)
     assert [w for w in named if w not in declared] == []
+
+
+def test_the_readme_names_every_launcher_that_never_ran_here() -> None:
+    """The README's sentence on the launchers that rest on documented variables only is
+    checked against the claims: each such claim's product (the first word of its name) is
+    named there, so a launcher added with documented variables only reaches the README."""
+    section = " ".join(readme_section().split())
+    products = {c.name.replace("`", "").split()[0] for c in CLAIMS if c.status == table.DOCUMENTED}
+    assert {"Flux", "LSF", "PBS", "Kubernetes", "MVAPICH2"} <= products
+    assert sorted(p for p in products if p not in section) == [], (
+        "README.md, '## Other launchers and frameworks': name each launcher resting on "
+        "documented variables only")
