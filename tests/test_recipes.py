@@ -122,6 +122,15 @@ def test_demo_reads_its_variables() -> None:
     with pytest.raises(SlurmEnvError) as info:
         slurmenv.resolve({**env, "DEMO_RANK": "2"}, ephemeral_range=None, step_evidence=None)
     assert info.value.variable == "DEMO_RANK"
+
+
+def test_a_torchrun_worker_in_a_demo_task_is_torchruns() -> None:
+    worker = {"TORCHELASTIC_RUN_ID": "7", "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
+              "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "1", "NNODES": "2", "MASTER_ADDR": "d0",
+              "MASTER_PORT": "29500"}
+    env = {"DEMO_RANK": "1", "DEMO_SIZE": "2", "DEMO_MASTER": "d0", **worker}
+    res = slurmenv.resolve(env, ephemeral_range=None, step_evidence=None, rivals=None)
+    assert (res.launcher, res.rank, res.world_size) == ("torchrun", 3, 4)
 '''
 LAUNCHER = Recipe(
     "Recipe: add a launcher", {"name": "demo"},

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..lean import TYPE_CHECKING
+from . import NO_WORLD, REGISTRY
 
 if TYPE_CHECKING:
     from .base import Task
@@ -30,9 +31,11 @@ TASK_VARIABLES = (MARKER, "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTAR
 FALLBACK = False
 WORLD: tuple[tuple[str, str], ...] = (("rank", "RANK"), ("world_size", "WORLD_SIZE"), ("local_rank", "LOCAL_RANK"),
          ("local_world_size", "LOCAL_WORLD_SIZE"))
-#: torchrun numbered its workers itself: the srun task, Flux job, MPI rank or pod it runs in
-#: describes its agent, not the worker (launchers/__init__.py).
-ENCLOSED_BY: tuple[str, ...] = ("flux", "het", "slurm", "lsf", "pals", "openmpi", "hydra", "mvapich", "k8s")
+#: torchrun numbered its workers itself: the task of any launcher after it in the registry
+#: (srun task, Flux job, MPI rank, pod) describes its agent, not the worker; derived from the
+#: registry, so a launcher added there is one too. Not preset: its variables are torchrun's own.
+ENCLOSED_BY: tuple[str, ...] = tuple(
+    name for name in REGISTRY[REGISTRY.index(NAME) + 1:] if name not in (*NO_WORLD, "preset"))
 WHY_EMPTY = {
     "PREFIXES": "every variable read is named in VARIABLES",
 }
