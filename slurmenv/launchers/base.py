@@ -157,6 +157,13 @@ def agree(
     )
 
 
+def below(name: str, value: int, limit_name: str, limit: int, fix: str) -> None:
+    """Refuse ``name``=``value`` (an index) unless it is below ``limit_name``=``limit``."""
+    if value >= limit:
+        raise SlurmEnvError(f"{name}={value} is not below {limit_name}={limit}",
+                            variable=name, value=str(value), fix=fix)
+
+
 def node_sources(node_rank: str, nnodes: str) -> dict[str, str]:
     """The ``sources`` of ``NODE_RANK``, ``GROUP_RANK`` and ``NNODES``: ``GROUP_RANK`` is
     torchrun's name for ``NODE_RANK`` (the same value, ``render.RANK_FIELDS``), so the same

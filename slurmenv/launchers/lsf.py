@@ -45,9 +45,7 @@ WORLD: tuple[tuple[str, str], ...] = (("rank", "JSM_NAMESPACE_RANK"), ("world_si
          ("local_rank", "JSM_NAMESPACE_LOCAL_RANK"),
          ("local_world_size", "JSM_NAMESPACE_LOCAL_SIZE"))
 ENCLOSED_BY: tuple[str, ...] = ()
-WHY_EMPTY = {
-    "PREFIXES": "every variable read is named in VARIABLES",
-}
+WHY_EMPTY = {"PREFIXES": "every variable read is named in VARIABLES"}
 FIX = "run slurmenv inside a task that jsrun started; jsrun sets this in every task"
 SAME_JSRUN = "these come from the same jsrun: do not set them by hand"
 

@@ -33,9 +33,7 @@ WHO = "MVAPICH2's mpirun_rsh"
 FALLBACK = False
 WORLD: tuple[tuple[str, str], ...] = tuple(zip(("rank", "world_size", "local_rank", "local_world_size"), COUNTS))
 ENCLOSED_BY: tuple[str, ...] = ()
-WHY_EMPTY = {
-    "PREFIXES": "every variable read is named in VARIABLES",
-}
+WHY_EMPTY = {"PREFIXES": "every variable read is named in VARIABLES"}
 
 
 def detect(environ: Mapping[str, str]) -> bool:

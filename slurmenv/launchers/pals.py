@@ -42,9 +42,7 @@ TASK_VARIABLES = ("PALS_RANKID", "PALS_NODEID", "PALS_LOCAL_RANKID", "PALS_LOCAL
 FALLBACK = False
 WORLD: tuple[tuple[str, str], ...] = (("rank", "PALS_RANKID"),)
 ENCLOSED_BY: tuple[str, ...] = ()
-WHY_EMPTY = {
-    "PREFIXES": "every variable read is named in VARIABLES",
-}
+WHY_EMPTY = {"PREFIXES": "every variable read is named in VARIABLES"}
 FIX = (
     "run slurmenv inside the rank that PALS mpiexec (or srun --mpi=cray_shasta) started; "
     "PALS sets this variable in every rank"

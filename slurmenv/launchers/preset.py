@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..errors import SlurmEnvError, parse_int
-from .base import Task, Topology, agree, job_id, node_sources, optional_int, step_id
+from .base import Task, Topology, agree, below, job_id, node_sources, optional_int, step_id
 
 NAME = "preset"
 REQUIRED = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -116,11 +116,7 @@ def read_set(environ: Mapping[str, str], launcher: str, who: str, told: str) -> 
         ("LOCAL_RANK", local_rank, "LOCAL_WORLD_SIZE", local_world),
         (group_name, node_rank, nodes_name, nnodes),
     ):
-        if value >= limit:
-            raise SlurmEnvError(
-                f"{small}={value} is not below {big}={limit}", variable=small, value=str(value),
-                fix=FIX,
-            )
+        below(small, value, big, limit, FIX)
     for small, value in (("LOCAL_WORLD_SIZE", local_world), (nodes_name, nnodes)):
         if value > world:
             raise SlurmEnvError(

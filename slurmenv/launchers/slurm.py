@@ -10,7 +10,7 @@ from __future__ import annotations
 from .. import layout, nodes, ports
 from ..errors import SlurmEnvError, parse_int, require, to_int
 from ..lean import TYPE_CHECKING
-from .base import Task, Topology, job_id, node_sources, read_int, slurm_step_is_own, step_id
+from .base import Task, Topology, below, job_id, node_sources, read_int, slurm_step_is_own, step_id
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -107,20 +107,10 @@ class SlurmStep(Topology):
                 value=self.tasks_per_node,
                 fix="these come from the same step; do not set them by hand or mix in job values",
             )
-        if self.procid >= self.ntasks:
-            raise SlurmEnvError(
-                f"SLURM_PROCID={self.procid} is not below SLURM_STEP_NUM_TASKS={self.ntasks}",
-                variable="SLURM_PROCID",
-                value=str(self.procid),
-                fix="a task's rank must be smaller than the step's task count",
-            )
-        if self.nodeid >= self.nnodes:
-            raise SlurmEnvError(
-                f"SLURM_NODEID={self.nodeid} is not below SLURM_STEP_NUM_NODES={self.nnodes}",
-                variable="SLURM_NODEID",
-                value=str(self.nodeid),
-                fix="the node index must be smaller than the step's node count",
-            )
+        below("SLURM_PROCID", self.procid, "SLURM_STEP_NUM_TASKS", self.ntasks,
+              "a task's rank must be smaller than the step's task count")
+        below("SLURM_NODEID", self.nodeid, "SLURM_STEP_NUM_NODES", self.nnodes,
+              "the node index must be smaller than the step's node count")
         if self.localid >= self.counts[self.nodeid]:
             raise SlurmEnvError(
                 f"SLURM_LOCALID={self.localid} but node {self.nodeid} runs "

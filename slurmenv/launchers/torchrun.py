@@ -36,9 +36,7 @@ WORLD: tuple[tuple[str, str], ...] = (("rank", "RANK"), ("world_size", "WORLD_SI
 #: registry, so a launcher added there is one too. Not preset: its variables are torchrun's own.
 ENCLOSED_BY: tuple[str, ...] = tuple(
     name for name in REGISTRY[REGISTRY.index(NAME) + 1:] if name not in (*NO_WORLD, "preset"))
-WHY_EMPTY = {
-    "PREFIXES": "every variable read is named in VARIABLES",
-}
+WHY_EMPTY = {"PREFIXES": "every variable read is named in VARIABLES"}
 
 
 def detect(environ: Mapping[str, str]) -> bool:
