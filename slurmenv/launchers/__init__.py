@@ -82,17 +82,6 @@ REGISTRY = (
     "local",
 )
 
-#: The modules of this package that are not launchers: what launchers share or the docs
-#: need. Every other module here must be in REGISTRY (tests/test_registry.py), so a launcher
-#: written but not registered fails the suite instead of never detecting anything.
-HELPERS = (
-    "base",  # Task, Topology and the rules every launcher's read follows
-    "evidence",  # /proc evidence of a scrubbed Slurm step, for the single-process default
-    "mpi",  # what openmpi, hydra and mvapich share
-    "apinfo",  # the PALS apinfo file pals.py reads
-    "topology",  # the node order of Slurm 26.05's block steps under a topology plugin
-)
-
 #: Variables of which at least one must be set for a launcher's ``detect`` to be true: the
 #: module is not even imported otherwise (tests/test_registry.py checks the implication).
 #: Worth it for launchers before ``slurm`` in the registry, which every step task tries, and for
