@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from .. import layout, nodes, ports
 from ..errors import SlurmEnvError, parse_int, require
 from ..lean import NamedTuple
-from . import slurm, topology
+from . import SIGNALS, slurm, topology
 from .base import Task
 from .slurm import STEP_FIX, SlurmStep, parse_gtids
 
@@ -43,7 +43,6 @@ from .slurm import STEP_FIX, SlurmStep, parse_gtids
 NAME = "slurm-het"
 VARIABLES = slurm.VARIABLES
 PREFIXES = slurm.PREFIXES
-SIGNALS = ("SLURM_HET_SIZE", "SLURM_PACK_SIZE")
 TASK_VARIABLES: tuple[str, ...] = ()
 FALLBACK = False
 WORLD: tuple[tuple[str, str], ...] = slurm.WORLD
@@ -55,7 +54,7 @@ WHY_EMPTY = {
 
 def detect(environ: Mapping[str, str]) -> bool:
     """A Slurm step task (``slurm.detect``) of a heterogeneous job."""
-    return any(environ.get(name) for name in SIGNALS) and slurm.detect(environ)
+    return any(environ.get(name) for name in SIGNALS["het"]) and slurm.detect(environ)
 
 
 def read(environ: Mapping[str, str]) -> Task:
