@@ -43,10 +43,6 @@ from .base import Topology, below, read_int
 NOT_STEPS = ("4294967294", "4294967291")
 LOOPBACK = "127.0.0.1"
 
-MASTER_FIX = (
-    "pass the address of rank 0's node: --master-addr ADDR (or SLURMENV_MASTER_ADDR=ADDR, "
-    "e.g. mpirun -x SLURMENV_MASTER_ADDR=node01 …)"
-)
 LEAK_FIX = (
     "do not evaluate slurmenv in an srun started inside an MPI rank (or unset the MPI variables "
     "before that srun: env -u {var} …); start MPI ranks either with one mpirun/mpiexec in the batch "
