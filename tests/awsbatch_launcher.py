@@ -27,8 +27,6 @@ FALLBACK = False
 WORLD = (("rank", "AWS_BATCH_JOB_NODE_INDEX"), ("world_size", "AWS_BATCH_JOB_NUM_NODES"))
 ENCLOSED_BY: tuple[str, ...] = ()
 WHY_EMPTY = {"PREFIXES": "every variable read is named in VARIABLES"}
-CLAIMS = ({"name": "AWS Batch (tests only)", "started_by": "AWS Batch", "signal": "-",
-           "status": "unit tests"},)
 FIX = "run it in a container of an AWS Batch multi-node parallel job"
 
 

@@ -28,11 +28,17 @@ END = "<!-- end generated -->"
 
 def _launchers(render: str) -> Callable[[], str]:
     def block() -> str:
-        from slurmenv.launchers import table
+        import launcher_table as table
 
         return str(getattr(table, render)(table.claims()))
 
     return block
+
+
+def _registry() -> str:
+    import launcher_table
+
+    return launcher_table.registry_order()
 
 
 def _doctor_checks() -> str:
@@ -142,10 +148,11 @@ def _releases() -> str:
 
 #: block name -> (what renders it, where its source of truth is declared)
 BLOCKS: dict[str, tuple[Callable[[], str], str]] = {
-    "launchers": (_launchers("launchers"), "the CLAIMS of slurmenv/launchers/*.py"),
-    "launcher-tests": (_launchers("launcher_tests"), "the CLAIMS of slurmenv/launchers/*.py"),
-    "mpi-versions": (_launchers("mpi_versions"), "the CLAIMS of slurmenv/launchers/*.py"),
-    "beyond-slurm": (_launchers("beyond_slurm"), "the CLAIMS of slurmenv/launchers/*.py"),
+    "launchers": (_launchers("launchers"), "tests/launcher_claims.py"),
+    "launcher-tests": (_launchers("launcher_tests"), "tests/launcher_claims.py"),
+    "mpi-versions": (_launchers("mpi_versions"), "tests/launcher_claims.py"),
+    "beyond-slurm": (_launchers("beyond_slurm"), "tests/launcher_claims.py"),
+    "launcher-registry": (_registry, "REGISTRY, its comments and SIGNALS in slurmenv/launchers/__init__.py"),
     "doctor-checks": (_doctor_checks, "the @check registrations of slurmenv/doctor/checks_*.py"),
     "api-signatures": (_api_signatures, "the signatures of slurmenv's public functions"),
     "releases": (_releases, "the FEATURES of tests/test_real_*.py"),

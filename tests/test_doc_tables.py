@@ -2,7 +2,8 @@
 renders them), every test they name exists, and the README claims no launcher the code does
 not declare proven.
 
-A launcher module declares its rows (``CLAIMS``, checked by ``slurmenv/launchers/table.py``);
+Each launcher's rows are declared in ``tests/launcher_claims.py`` (checked by
+``tests/launcher_table.py``);
 a doctor check says what it looks at where it is registered (``@check``). A page whose
 generated block differs from the code fails here, with the command that rewrites it.
 """
@@ -12,16 +13,16 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import doc_tables
+import launcher_claims
+import launcher_table as table
 import pytest
 import slurm_releases
 
 from slurmenv import launchers
 from slurmenv.doctor import registry
-from slurmenv.launchers import table
 
 ROOT = Path(__file__).resolve().parent.parent
 CLAIMS = table.claims()
@@ -71,13 +72,11 @@ def test_broken_markers_are_refused(text: str) -> None:
 
 # -- a new launcher or check reaches the pages without a hand edit -----------------------------
 def test_a_new_launcher_appears_in_every_launcher_table(monkeypatch: pytest.MonkeyPatch) -> None:
-    fake = types.ModuleType("slurmenv.launchers.fake")
-    fake.CLAIMS = ({  # type: ignore[attr-defined]
+    monkeypatch.setitem(launcher_claims.CLAIMS, "fake", ({
         "name": "Fake MPI", "started_by": "`fakerun`", "signal": "`FAKE_RANK`",
         "status": table.DOCUMENTED, "source": "its manual", "mpi": True,
         "page": table.BEYOND,
-    },)
-    monkeypatch.setitem(sys.modules, "slurmenv.launchers.fake", fake)
+    },))
     monkeypatch.setattr(launchers, "REGISTRY", (*launchers.REGISTRY[:-1], "fake", "local"))
     found = table.claims()
     for render in (table.launchers, table.mpi_versions, table.beyond_slurm):
@@ -88,10 +87,11 @@ def test_a_new_launcher_appears_in_every_launcher_table(monkeypatch: pytest.Monk
 
 
 def test_a_launcher_without_claims_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "slurmenv.launchers.fake",
-                        types.ModuleType("slurmenv.launchers.fake"))
     monkeypatch.setattr(launchers, "REGISTRY", ("fake", *launchers.REGISTRY))
-    with pytest.raises(ValueError, match="fake.py declares no CLAIMS"):
+    with pytest.raises(ValueError, match="declares no claims of launcher 'fake'"):
+        table.claims()
+    monkeypatch.setattr(launchers, "REGISTRY", launchers.REGISTRY[1:-1])
+    with pytest.raises(ValueError, match=r"\['local'\] not in the registry"):
         table.claims()
 
 
@@ -247,3 +247,15 @@ def test_the_readme_names_no_launcher_the_code_does_not_declare() -> None:
     named = [w for w in LAUNCHER_WORDS if re.search(rf"(?<![\w-]){re.escape(w)}(?![\w-])", section)]
     assert {"Open MPI", "Flux", "LSF", "Kubernetes"} <= set(named)
     assert [w for w in named if w not in declared] == []
+
+
+def test_the_readme_names_every_launcher_that_never_ran_here() -> None:
+    """The README's sentence on the launchers that rest on documented variables only is
+    checked against the claims: each such claim's product (the first word of its name) is
+    named there, so a launcher added with documented variables only reaches the README."""
+    section = " ".join(readme_section().split())
+    products = {c.name.replace("`", "").split()[0] for c in CLAIMS if c.status == table.DOCUMENTED}
+    assert {"Flux", "LSF", "PBS", "Kubernetes", "MVAPICH2"} <= products
+    assert sorted(p for p in products if p not in section) == [], (
+        "README.md, '## Other launchers and frameworks': name each launcher resting on "
+        "documented variables only")

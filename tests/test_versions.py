@@ -16,10 +16,9 @@ import subprocess
 from pathlib import Path
 from typing import NamedTuple
 
+import launcher_table as table
 import mpi_builds
 import pytest
-
-from slurmenv.launchers import table
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,12 +12,12 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
+import launcher_contract
 import pytest
 import synth
 
 import slurmenv
 from slurmenv import SlurmEnvError, launchers, worldguard
-from slurmenv.launchers import contract
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HOSTS = ["r1n09", "r1n10", "r2n09", "r2n10"]
@@ -120,7 +120,7 @@ def test_a_stale_prolog_marker_outside_slurm_is_applied_before_detection() -> No
 def test_world_facts_are_declared_variables_of_task_fields() -> None:
     for name in launchers.REGISTRY:
         module = launchers.load(name)
-        assert isinstance(module, contract.Launcher)
+        assert isinstance(module, launcher_contract.Launcher)
         for field, variable in module.WORLD:
             assert field in worldguard.FIELDS, (name, field)
             assert variable in module.VARIABLES, (name, variable)

@@ -1,7 +1,9 @@
 """The launcher registry: which launcher started this task, tried in order.
 
-Each entry names a module of this package (the interface every one meets is
-``contract.Launcher``; what they share is in ``base.py``). The signals
+``REGISTRY`` is the one list of launchers: everything else that lists them (the docs, the
+contract check, the tests' launches) is generated from it or checked against it. Each entry
+names a module of this package (the interface every one meets: ``tests/launcher_contract.py``;
+what they share is in ``base.py``). The signals
 overlap, so the order decides; the comment on each line says why it is there. Modules are
 imported in order only until one detects the task, and a module listed in :data:`SIGNALS` only
 when one of its signal variables is set: a Slurm step task imports ``slurm`` and no other
@@ -31,7 +33,8 @@ REGISTRY = (
     # broker, not the task; and Flux's cray-pals plugin sets PALS_* too ("pals" below).
     "flux",
     # A step task of a heterogeneous job (SLURM_HET_SIZE): a Slurm step whose node order is
-    # component order when it spans components; the same tasks "slurm" detects, so before it.
+    # component order when it spans components; the same tasks "slurm" detects, so before it
+    # (it reads them with slurm.task: slurm.py never imports het.py).
     "het",
     # A real Slurm step task whose SLURM_* are its own (base.slurm_step_is_own): srun tasks,
     # and srun --mpi=pmi2/cray_shasta ranks whose PMI_*/PALS_* agree with SLURM_PROCID.
@@ -73,22 +76,10 @@ REGISTRY = (
     # Any rank-like variable set by hand outside Slurm: complete or refused. After every
     # launcher, whose own variables describe the task better than inherited ones.
     "preset",
-    # No launcher variable at all: a single process on this machine, unless /proc shows a
-    # Slurm task step whose variables were scrubbed (FALLBACK, evidence.py).
+    # No launcher variable at all: a single process on this machine (FALLBACK), refused when
+    # a variable another launcher declares in TASK_VARIABLES is set or /proc shows a Slurm
+    # task step whose variables were scrubbed (evidence.py): no other launcher pays for either.
     "local",
-)
-
-#: The modules of this package that are not launchers: what launchers share or the docs
-#: need. Every other module here must be in REGISTRY (tests/test_registry.py), so a launcher
-#: written but not registered fails the suite instead of never detecting anything.
-HELPERS = (
-    "base",  # Task, Topology and the rules every launcher's read follows
-    "contract",  # the Launcher protocol every registered module meets (mypy and the tests)
-    "evidence",  # /proc evidence of a scrubbed Slurm step, for the single-process default
-    "mpi",  # what openmpi, hydra and mvapich share
-    "apinfo",  # the PALS apinfo file pals.py reads
-    "table",  # the docs' launcher tables, from each module's CLAIMS
-    "topology",  # the node order of Slurm 26.05's block steps under a topology plugin
 )
 
 #: Variables of which at least one must be set for a launcher's ``detect`` to be true: the

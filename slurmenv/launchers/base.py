@@ -2,8 +2,9 @@
 and the rules about Slurm variables and credentials that must live in one place.
 
 A launcher module (see ``launchers/__init__.py`` for the registry and ``docs/design.md`` for
-the recipe) declares what ``contract.Launcher`` lists (``NAME``, ``VARIABLES``, ``PREFIXES``,
-``TASK_VARIABLES``, ``FALLBACK``, ``WHY_EMPTY``, ``CLAIMS``, ``detect``, ``read``), and
+the recipe) declares what ``tests/launcher_contract.py`` lists (``NAME``, ``VARIABLES``,
+``PREFIXES``, ``TASK_VARIABLES``, ``FALLBACK``, ``WORLD``, ``ENCLOSED_BY``, ``WHY_EMPTY``,
+``detect``, ``read``), and
 ``slurmenv/pipeline.py`` (``derive``) turns the Task ``read`` gives into a Resolution
 (address, port, bindings). The helpers below (:func:`read_int`, :func:`optional_int`,
 :func:`agree`, :func:`node_sources`, :func:`hashed_id`) hold the rules every launcher's
@@ -154,6 +155,13 @@ def agree(
         f"{name}={value} but {told}" + (f" ({why})" if why else ""),
         variable=name, value=str(value), fix=fix,
     )
+
+
+def below(name: str, value: int, limit_name: str, limit: int, fix: str) -> None:
+    """Refuse ``name``=``value`` (an index) unless it is below ``limit_name``=``limit``."""
+    if value >= limit:
+        raise SlurmEnvError(f"{name}={value} is not below {limit_name}={limit}",
+                            variable=name, value=str(value), fix=fix)
 
 
 def node_sources(node_rank: str, nnodes: str) -> dict[str, str]:

@@ -27,13 +27,9 @@ VARIABLES = (
 )  # fmt: skip
 PREFIXES: tuple[str, ...] = ()
 TASK_VARIABLES: tuple[str, ...] = ()
-FALLBACK = False  # not the single-process default (contract.Launcher)
-#: The variables that hold this task's place in the world when this launcher started it
-#: (Task field, variable): the world guard compares them (slurmenv/worldguard.py).
+FALLBACK = False
 WORLD: tuple[tuple[str, str], ...] = ()
-#: No launcher's variables here describe another process that started this one.
 ENCLOSED_BY: tuple[str, ...] = ()
-#: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
 WHY_EMPTY = {
     "PREFIXES": "every variable read is named in VARIABLES",
     "TASK_VARIABLES": "the variables of a Slurm job: slurm.py declares them",
@@ -42,22 +38,6 @@ WHY_EMPTY = {
         "them on purpose (a chosen launcher must still agree with this module's reading)"
     ),
 }
-#: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
-CLAIMS = (
-    {
-        "name": "batch script or `salloc` shell", "started_by": "batch script / salloc shell",
-        "signal": "`SLURM_JOB_ID` without a step", "status": "proven on the real cluster",
-        "version": "Slurm 22.05.8",
-        "what": "refused (every task would be rank 0); a job of one task and salloc's "
-                "interactive step are one process",
-        "tests": (
-            "tests/test_real_cluster.py::test_batch_script_is_refused",
-            "tests/test_real_cluster.py::test_interactive_step_is_a_single_process",
-            "tests/test_real_fail_closed.py::test_one_task_batch_script_resolves_and_cannot_mislead_later_steps",
-            "tests/test_real_fail_closed.py::test_other_jobs_are_still_refused_in_the_batch_script",
-        ),
-    },
-)
 OUTSIDE_STEP_FIX = (
     "evaluate slurmenv inside the job step, in every task: "
     "srun bash -c 'eval $(slurmenv export); python train.py' (single quotes, so the batch "

@@ -34,28 +34,12 @@ VARIABLES = (
 PREFIXES: tuple[str, ...] = ()
 #: Set only in a task a Flux job shell started (local.py refuses the single-process default).
 TASK_VARIABLES = ("FLUX_TASK_RANK", "FLUX_TASK_LOCAL_ID")
-FALLBACK = False  # not the single-process default (contract.Launcher)
-#: The variables that hold this task's place in the world when this launcher started it
-#: (Task field, variable): the world guard compares them (slurmenv/worldguard.py).
+FALLBACK = False
 WORLD: tuple[tuple[str, str], ...] = (("rank", "FLUX_TASK_RANK"), ("world_size", "FLUX_JOB_SIZE"),
          ("local_rank", "FLUX_TASK_LOCAL_ID"), ("nnodes", "FLUX_JOB_NNODES"))
 #: A Flux instance started by srun (srun flux start) hands its jobs the broker's SLURM_*.
 ENCLOSED_BY: tuple[str, ...] = ("het", "slurm")
-#: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
-WHY_EMPTY = {
-    "PREFIXES": "every variable read is named in VARIABLES",
-}
-#: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
-CLAIMS = (
-    {
-        "name": "Flux (`flux run`, `-o pmi=cray-pals`)",
-        "started_by": "Flux `flux run` (`-o pmi=cray-pals` for the layout)",
-        "signal": "`FLUX_TASK_RANK`", "status": "documented variables only",
-        "source": "flux-core's `src/shell/task.c`, flux-coral2's `cray_pals.c`; fixtures",
-        "tests": ("tests/test_flux.py (on `tests/fixtures/beyond/flux.json`)",),
-        "page": "launchers-beyond-slurm.md",
-    },
-)
+WHY_EMPTY = {"PREFIXES": "every variable read is named in VARIABLES"}
 FIX = "run slurmenv inside a task that flux run/submit started; Flux sets this in every task"
 SAME_JOB = "these come from the same Flux job: do not set them by hand"
 LAYOUT_FIX = (

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from .. import layout, nodes, ports
 from ..errors import SlurmEnvError, parse_int, require
 from ..lean import NamedTuple
-from . import slurm, topology
+from . import SIGNALS, slurm, topology
 from .base import Task
 from .slurm import STEP_FIX, SlurmStep, parse_gtids
 
@@ -43,40 +43,18 @@ from .slurm import STEP_FIX, SlurmStep, parse_gtids
 NAME = "slurm-het"
 VARIABLES = slurm.VARIABLES
 PREFIXES = slurm.PREFIXES
-SIGNALS = ("SLURM_HET_SIZE", "SLURM_PACK_SIZE")
 TASK_VARIABLES: tuple[str, ...] = ()
-FALLBACK = False  # not the single-process default (contract.Launcher)
-#: The variables that hold this task's place in the world when this launcher started it
-#: (Task field, variable): the world guard compares them (slurmenv/worldguard.py).
+FALLBACK = False
 WORLD: tuple[tuple[str, str], ...] = slurm.WORLD
-#: No launcher's variables here describe another process that started this one.
 ENCLOSED_BY: tuple[str, ...] = ()
-#: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
 WHY_EMPTY = {
     "TASK_VARIABLES": "the variables of a heterogeneous step are Slurm's: slurm.py declares them",
 }
-#: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
-CLAIMS = (
-    {
-        "name": "Slurm heterogeneous steps",
-        "started_by": "heterogeneous steps (`srun A : B`, `srun --het-group=0,1`)",
-        "signal": "`SLURM_HET_SIZE` (or `SLURM_PACK_SIZE`) in a real step",
-        "status": "proven on the real cluster", "version": "Slurm 22.05.8",
-        "what": "torch all_reduce over components, every task where Slurm ran it",
-        "tests": (
-            "tests/test_real_cluster.py::test_heterogeneous_step_torch",
-            "tests/test_real_cluster.py::test_heterogeneous_batch_job",
-            "tests/test_real_cluster.py::test_all_tasks_agree_and_layout_is_real[het-…]",
-            "tests/test_real_cluster.py::test_heterogeneous_step_distribution_is_not_the_components",
-            "tests/test_real_cluster.py::test_heterogeneous_step_unknown_layout",
-        ),
-    },
-)
 
 
 def detect(environ: Mapping[str, str]) -> bool:
     """A Slurm step task (``slurm.detect``) of a heterogeneous job."""
-    return any(environ.get(name) for name in SIGNALS) and slurm.detect(environ)
+    return any(environ.get(name) for name in SIGNALS["het"]) and slurm.detect(environ)
 
 
 def read(environ: Mapping[str, str]) -> Task:

@@ -52,53 +52,10 @@ PREFIXES: tuple[str, ...] = ()
 #: Set only in a rank Hydra started; not I_MPI_*/HYDRA_* settings (local.py).
 TASK_VARIABLES = (*COUNTS, "PMI_FD", "PMI_JOBID", "HYDI_CONTROL_FD")
 WHO = "Hydra's mpiexec"
-FALLBACK = False  # not the single-process default (contract.Launcher)
-#: The variables that hold this task's place in the world when this launcher started it
-#: (Task field, variable): the world guard compares them (slurmenv/worldguard.py).
+FALLBACK = False
 WORLD: tuple[tuple[str, str], ...] = tuple(zip(("rank", "world_size", "local_rank", "local_world_size"), COUNTS))
-#: No launcher's variables here describe another process that started this one.
 ENCLOSED_BY: tuple[str, ...] = ()
-#: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
-WHY_EMPTY = {
-    "PREFIXES": "every variable read is named in VARIABLES",
-}
-#: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
-CLAIMS = (
-    {
-        "name": "MPICH (Hydra)", "started_by": "MPICH 4.x `mpiexec`/`mpiexec.hydra`",
-        "signal": "`MPI_LOCALRANKID`", "status": "proven on the real cluster",
-        "version": "4.0.2 (Debian `mpich`)", "what": "MPICH 4.0.2, torch all_reduce over 3 nodes",
-        "tests": (
-            "tests/test_real_mpi.py::test_torch_all_reduce_under_mpi[hydra-…] (default, `-ppn 1`)",
-            "tests/test_real_mpi.py::test_two_concurrent_launches_in_one_job[hydra-…]",
-        ),
-        "mpi": True,
-    },
-    {
-        "name": "MPICH (Hydra)", "started_by": "MPICH 5.x `mpiexec`/`mpiexec.hydra`",
-        "signal": "`MPI_LOCALRANKID`", "status": "proven on the real cluster",
-        "version": "5.0.2 (PyPI `mpich`)", "what": "MPICH 5.0.2, torch all_reduce over 3 nodes",
-        "tests": (
-            ("tests/test_real_mpi_builds.py::test_torch_all_reduce_under_every_build[mpich5] "
-             "(default, `-ppn 1`)"),
-            "tests/test_real_mpi_builds.py::test_two_concurrent_launches_of_a_build[mpich5-…]",
-        ),
-        "mpi": True,
-    },
-    {
-        "name": "Intel MPI (Hydra)", "started_by": "Intel MPI `mpiexec.hydra`",
-        "signal": "`MPI_LOCALRANKID`", "status": "proven on the real cluster",
-        "version": "2021.18.1 (PyPI `impi-rt`)",
-        "what": "Intel MPI 2021.18.1, torch all_reduce over 3 nodes",
-        "tests": (
-            ("tests/test_real_mpi_builds.py::test_torch_all_reduce_under_every_build[impi] "
-             "(`-ppn 2`, uneven `-n 5 -ppn 2`, `-rr`)"),
-            "tests/test_real_mpi_builds.py::test_two_concurrent_launches_of_a_build[impi-…]",
-        ),
-        "note": "`I_MPI_FABRICS=shm:ofi FI_PROVIDER=tcp` on the test nodes",
-        "mpi": True,
-    },
-)
+WHY_EMPTY = {"PREFIXES": "every variable read is named in VARIABLES"}
 
 
 def detect(environ: Mapping[str, str]) -> bool:

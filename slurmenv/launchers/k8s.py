@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..errors import SlurmEnvError, is_number
-from .base import Task, Topology, agree, node_sources, optional_int, read_int
+from .base import Task, Topology, agree, below, node_sources, optional_int, read_int
 
 NAME = "k8s"
 VARIABLES = (
@@ -40,30 +40,11 @@ PREFIXES: tuple[str, ...] = ()
 #: WORLD_SIZE each such pod would train alone (local.py refuses). KUBERNETES_SERVICE_HOST is in
 #: every pod, and PET_* are torchrun's arguments, which slurmenv itself exports.
 TASK_VARIABLES = ("JOB_COMPLETION_INDEX", "VC_TASK_INDEX", "VK_TASK_INDEX")
-FALLBACK = False  # not the single-process default (contract.Launcher)
-#: The variables that hold this task's place in the world when this launcher started it
-#: (Task field, variable): the world guard compares them (slurmenv/worldguard.py).
+FALLBACK = False
 WORLD: tuple[tuple[str, str], ...] = (("rank", "RANK"), ("world_size", "WORLD_SIZE"), ("rank", "PET_NODE_RANK"),
          ("world_size", "PET_NNODES"))
-#: No launcher's variables here describe another process that started this one.
 ENCLOSED_BY: tuple[str, ...] = ()
-#: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
-WHY_EMPTY = {
-    "PREFIXES": "every variable read is named in VARIABLES",
-}
-#: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
-CLAIMS = (
-    {
-        "name": "Kubernetes operators: Kubeflow PyTorchJob, Trainer v2, Volcano",
-        "started_by": "Kubernetes: Kubeflow PyTorchJob, Trainer v2 / JobSet, Volcano",
-        "signal": "`KUBERNETES_SERVICE_HOST` with `RANK`/`WORLD_SIZE` or `PET_NNODES`",
-        "status": "documented variables only",
-        "source": "training-operator's `envvar.go`, trainer's `torch.go`, Volcano's "
-                  "`pytorch.go`; fixtures",
-        "tests": ("tests/test_k8s.py (on `tests/fixtures/beyond/`)",),
-        "page": "launchers-beyond-slurm.md",
-    },
-)
+WHY_EMPTY = {"PREFIXES": "every variable read is named in VARIABLES"}
 TORCHRUN_FIX = (
     "run one process per pod (PyTorchJob nprocPerNode: 1, TrainJob numProcPerNode: 1), or "
     "start torchrun in each pod (it reads the PET_* variables as its arguments and gives every "
@@ -132,11 +113,7 @@ def _ranked(environ: Mapping[str, str], who: str, pods: int | None) -> Task:
     agree("WORLD_SIZE", world, "PET_NNODES", pods, SAME_POD, "one process per pod")
     agree("RANK", rank, "PET_NODE_RANK", optional_int(environ, "PET_NODE_RANK", SAME_POD),
           SAME_POD, "the pod's index")  # fmt: skip
-    if rank >= world:
-        raise SlurmEnvError(
-            f"RANK={rank} is not below WORLD_SIZE={world}", variable="RANK", value=str(rank),
-            fix=SAME_POD,
-        )
+    below("RANK", rank, "WORLD_SIZE", world, SAME_POD)
     _check_pod_name(environ, rank)
     fixed = {name: environ[name] for name in ("MASTER_ADDR", "MASTER_PORT") if environ.get(name)}
     missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if name not in fixed]
@@ -165,11 +142,8 @@ def _pet_only(environ: Mapping[str, str], who: str, pods: int | None) -> Task:
     agree("PET_NODE_RANK", rank, "JOB_COMPLETION_INDEX",
           optional_int(environ, "JOB_COMPLETION_INDEX", SAME_POD), SAME_POD,
           "the Indexed Job's pod index")  # fmt: skip
-    if rank >= pods:
-        raise SlurmEnvError(
-            f"PET_NODE_RANK={rank} is not below PET_NNODES={pods}", variable="PET_NODE_RANK",
-            value=str(rank), fix="these come from the operator: do not set them by hand",
-        )
+    below("PET_NODE_RANK", rank, "PET_NNODES", pods,
+          "these come from the operator: do not set them by hand")
     fixed = {}
     for name in ("MASTER_ADDR", "MASTER_PORT"):
         value = environ.get(f"PET_{name}")

@@ -12,34 +12,16 @@ NAME = "local"
 VARIABLES: tuple[str, ...] = ()
 PREFIXES: tuple[str, ...] = ()
 TASK_VARIABLES: tuple[str, ...] = ()
-#: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
 WHY_EMPTY = {
     "VARIABLES": "it reads no variable: it is what no launcher variable gives",
     "PREFIXES": "it reads no variable",
     "TASK_VARIABLES": "no launcher starts it: it is the default when none of the others' is set",
     "WORLD": "a single process: no variable tells its place",
 }
-#: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
-CLAIMS = (
-    {
-        "name": "no launcher", "started_by": "nothing", "signal": "-", "status": "unit tests",
-        "what": "a single process; refused when /proc shows a Slurm step whose variables were "
-                "scrubbed",
-        "tests": (
-            "tests/test_resolve.py::test_not_under_slurm_is_one_local_process",
-            "tests/test_fail_closed.py::test_single_process_only_without_any_launcher_variable",
-            "tests/test_real_fail_closed.py::test_scrubbed_environment_in_srun_tasks_is_refused",
-            "tests/test_real_fail_closed.py::test_scrubbed_batch_script_is_a_single_process",
-        ),
-    },
-)
 #: The single-process fallback: refused when /proc shows a scrubbed Slurm step
 #: (pipeline.resolve, evidence.py); the only launcher that pays for reading /proc.
 FALLBACK = True
-#: The variables that hold this task's place in the world when this launcher started it
-#: (Task field, variable): the world guard compares them (slurmenv/worldguard.py).
 WORLD: tuple[tuple[str, str], ...] = ()
-#: No launcher's variables here describe another process that started this one.
 ENCLOSED_BY: tuple[str, ...] = ()
 
 
@@ -110,7 +92,7 @@ def stray(environ: Mapping[str, str]) -> tuple[str, str] | None:
     owners: dict[str, list[str]] = {}
     for name in REGISTRY:
         module = load(name)
-        for variable in module.TASK_VARIABLES:  # required of every launcher (contract.py)
+        for variable in module.TASK_VARIABLES:  # required of every launcher (the contract)
             owners.setdefault(variable, []).append(str(module.NAME))
     for variable, names in owners.items():
         if variable in environ:

@@ -40,28 +40,12 @@ TASK_VARIABLES = (
     "JSM_NAMESPACE_LOCAL_SIZE", "LSB_JOBID", "LSB_HOSTS", "LSB_MCPU_HOSTS", "LSB_DJOB_NUMPROC",
     "LSB_DJOB_HOSTFILE", "LSB_DJOB_RANKFILE",
 )  # fmt: skip
-FALLBACK = False  # not the single-process default (contract.Launcher)
-#: The variables that hold this task's place in the world when this launcher started it
-#: (Task field, variable): the world guard compares them (slurmenv/worldguard.py).
+FALLBACK = False
 WORLD: tuple[tuple[str, str], ...] = (("rank", "JSM_NAMESPACE_RANK"), ("world_size", "JSM_NAMESPACE_SIZE"),
          ("local_rank", "JSM_NAMESPACE_LOCAL_RANK"),
          ("local_world_size", "JSM_NAMESPACE_LOCAL_SIZE"))
-#: No launcher's variables here describe another process that started this one.
 ENCLOSED_BY: tuple[str, ...] = ()
-#: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
-WHY_EMPTY = {
-    "PREFIXES": "every variable read is named in VARIABLES",
-}
-#: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
-CLAIMS = (
-    {
-        "name": "LSF `jsrun`", "started_by": "LSF `jsrun`", "signal": "`JSM_NAMESPACE_RANK`",
-        "status": "documented variables only",
-        "source": "IBM's Job Step Manager and the sites' documentation; fixtures",
-        "tests": ("tests/test_lsf.py (on `tests/fixtures/beyond/lsf_jsrun.json`)",),
-        "page": "launchers-beyond-slurm.md",
-    },
-)
+WHY_EMPTY = {"PREFIXES": "every variable read is named in VARIABLES"}
 FIX = "run slurmenv inside a task that jsrun started; jsrun sets this in every task"
 SAME_JSRUN = "these come from the same jsrun: do not set them by hand"
 

@@ -37,16 +37,12 @@ from collections.abc import Mapping
 from .. import nodes
 from ..errors import SlurmEnvError, require
 from ..lean import NamedTuple
-from .base import Topology, read_int
+from .base import Topology, below, read_int
 
 #: Step IDs that are not a step a rank runs in: the batch script and the extern step.
 NOT_STEPS = ("4294967294", "4294967291")
 LOOPBACK = "127.0.0.1"
 
-MASTER_FIX = (
-    "pass the address of rank 0's node: --master-addr ADDR (or SLURMENV_MASTER_ADDR=ADDR, "
-    "e.g. mpirun -x SLURMENV_MASTER_ADDR=node01 …)"
-)
 LEAK_FIX = (
     "do not evaluate slurmenv in an srun started inside an MPI rank (or unset the MPI variables "
     "before that srun: env -u {var} …); start MPI ranks either with one mpirun/mpiexec in the batch "
@@ -104,10 +100,8 @@ def read_counts(
     def bad(variable: str, value: int, why: str) -> SlurmEnvError:
         return SlurmEnvError(why, variable=variable, value=str(value), fix=fix)
 
-    if rank >= size:
-        raise bad(rank_v, rank, f"{rank_v}={rank} is not below {size_v}={size}")
-    if local >= local_size:
-        raise bad(local_v, local, f"{local_v}={local} is not below {local_size_v}={local_size}")
+    below(rank_v, rank, size_v, size, fix)
+    below(local_v, local, local_size_v, local_size, fix)
     if local_size > size:
         raise bad(local_size_v, local_size, f"{local_size_v}={local_size} is more than {size_v}={size}")
     if ordered and local > rank:
@@ -158,11 +152,7 @@ def read_step(environ: Mapping[str, str], step: str) -> Step:
     fix = "Slurm sets these in every task of a step; do not set them by hand"
     nnodes = read_int(environ, "SLURM_STEP_NUM_NODES", fix, minimum=1)
     node = read_int(environ, "SLURM_NODEID", fix)
-    if node >= nnodes:
-        raise SlurmEnvError(
-            f"SLURM_NODEID={node} is not below SLURM_STEP_NUM_NODES={nnodes}",
-            variable="SLURM_NODEID", value=str(node), fix=fix,
-        )
+    below("SLURM_NODEID", node, "SLURM_STEP_NUM_NODES", nnodes, fix)
     return Step(
         step, read_int(environ, "SLURM_STEP_NUM_TASKS", fix, minimum=1), nnodes, node,
         require(environ, "SLURM_STEP_NODELIST", fix),

@@ -30,29 +30,10 @@ PREFIXES: tuple[str, ...] = ()
 #: Set only in a rank mpirun_rsh started; not MV2_* settings (local.py).
 TASK_VARIABLES = COUNTS
 WHO = "MVAPICH2's mpirun_rsh"
-FALLBACK = False  # not the single-process default (contract.Launcher)
-#: The variables that hold this task's place in the world when this launcher started it
-#: (Task field, variable): the world guard compares them (slurmenv/worldguard.py).
+FALLBACK = False
 WORLD: tuple[tuple[str, str], ...] = tuple(zip(("rank", "world_size", "local_rank", "local_world_size"), COUNTS))
-#: No launcher's variables here describe another process that started this one.
 ENCLOSED_BY: tuple[str, ...] = ()
-#: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
-WHY_EMPTY = {
-    "PREFIXES": "every variable read is named in VARIABLES",
-}
-#: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
-CLAIMS = (
-    {
-        "name": "MVAPICH2 `mpirun_rsh`", "started_by": "MVAPICH2 `mpirun_rsh`",
-        "signal": "`MV2_COMM_WORLD_RANK`", "status": "documented variables only",
-        "source": "its user guide", "what": "one node, or refused over several",
-        "tests": (
-            ("tests/test_mpi.py::test_mvapich_one_node_resolves_several_nodes_refused (synthetic, "
-             "from its user guide)"),
-        ),
-        "mpi": True,
-    },
-)
+WHY_EMPTY = {"PREFIXES": "every variable read is named in VARIABLES"}
 
 
 def detect(environ: Mapping[str, str]) -> bool:

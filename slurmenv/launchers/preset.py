@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..errors import SlurmEnvError, parse_int
-from .base import Task, Topology, agree, job_id, node_sources, optional_int, step_id
+from .base import Task, Topology, agree, below, job_id, node_sources, optional_int, step_id
 
 NAME = "preset"
 REQUIRED = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -18,14 +18,10 @@ VARIABLES = REQUIRED + (
 )
 PREFIXES: tuple[str, ...] = ()
 TASK_VARIABLES: tuple[str, ...] = ()
-FALLBACK = False  # not the single-process default (contract.Launcher)
-#: The variables that hold this task's place in the world when this launcher started it
-#: (Task field, variable): the world guard compares them (slurmenv/worldguard.py).
+FALLBACK = False
 WORLD: tuple[tuple[str, str], ...] = (("rank", "RANK"), ("world_size", "WORLD_SIZE"), ("local_rank", "LOCAL_RANK"),
          ("local_world_size", "LOCAL_WORLD_SIZE"))
-#: No launcher's variables here describe another process that started this one.
 ENCLOSED_BY: tuple[str, ...] = ()
-#: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
 WHY_EMPTY = {
     "PREFIXES": "every variable read is named in VARIABLES",
     "TASK_VARIABLES": (
@@ -33,19 +29,6 @@ WHY_EMPTY = {
         "detect the task, so the fallback never sees one"
     ),
 }
-#: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
-CLAIMS = (
-    {
-        "name": "variables set by hand", "started_by": "variables set by hand",
-        "signal": "`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`", "status": "unit tests",
-        "what": "taken as given when complete, refused when partial",
-        "tests": (
-            "tests/test_resolve.py::test_hand_set_values_outside_slurm_are_reported",
-            "tests/test_fail_closed.py::test_partial_hand_set_variables_are_refused",
-            "tests/test_fail_closed.py::test_a_complete_hand_set_world_is_taken_as_it_is_and_says_so",
-        ),
-    },
-)
 #: The names whose values, when set, the launcher fixed (they win as they are).
 SET_NAMES = (
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
@@ -133,11 +116,7 @@ def read_set(environ: Mapping[str, str], launcher: str, who: str, told: str) -> 
         ("LOCAL_RANK", local_rank, "LOCAL_WORLD_SIZE", local_world),
         (group_name, node_rank, nodes_name, nnodes),
     ):
-        if value >= limit:
-            raise SlurmEnvError(
-                f"{small}={value} is not below {big}={limit}", variable=small, value=str(value),
-                fix=FIX,
-            )
+        below(small, value, big, limit, FIX)
     for small, value in (("LOCAL_WORLD_SIZE", local_world), (nodes_name, nnodes)):
         if value > world:
             raise SlurmEnvError(

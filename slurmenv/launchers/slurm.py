@@ -10,7 +10,7 @@ from __future__ import annotations
 from .. import layout, nodes, ports
 from ..errors import SlurmEnvError, parse_int, require, to_int
 from ..lean import TYPE_CHECKING
-from .base import Task, Topology, job_id, node_sources, read_int, slurm_step_is_own, step_id
+from .base import Task, Topology, below, job_id, node_sources, read_int, slurm_step_is_own, step_id
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -26,58 +26,12 @@ VARIABLES = (
     "SLURM_HET_SIZE", "SLURM_PACK_SIZE", "SLURM_JOB_SLUID", "SLURM_CONF",
 )  # fmt: skip
 PREFIXES = ("SLURM_JOB_NODELIST_HET_GROUP_", "SLURM_JOB_NODELIST_PACK_GROUP_")
-FALLBACK = False  # not the single-process default (contract.Launcher)
-#: The variables that hold this task's place in the world when this launcher started it
-#: (Task field, variable): the world guard compares them (slurmenv/worldguard.py).
+FALLBACK = False
 WORLD: tuple[tuple[str, str], ...] = (("rank", "SLURM_PROCID"), ("world_size", "SLURM_STEP_NUM_TASKS"),
          ("local_rank", "SLURM_LOCALID"), ("node_rank", "SLURM_NODEID"),
          ("nnodes", "SLURM_STEP_NUM_NODES"))
-#: No launcher's variables here describe another process that started this one.
 ENCLOSED_BY: tuple[str, ...] = ()
-WHY_EMPTY: dict[str, str] = {}  # no field is empty (contract.Launcher)
-#: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
-CLAIMS = (
-    {
-        "name": "Slurm `srun`", "started_by": "`srun` tasks",
-        "signal": "a real step whose `PMI_*`/`PALS_*`, if any, agree with `SLURM_PROCID`",
-        "status": "proven on the real cluster", "version": "Slurm 22.05.8 (Debian)",
-        "what": "Slurm 22.05.8: torch all_reduce, TensorFlow and every task's values in "
-                "block, cyclic, plane, arbitrary and uneven layouts",
-        "tests": (
-            "tests/test_real_cluster.py::test_torch_all_reduce (five layouts)",
-            "tests/test_real_cluster.py::test_tensorflow_multi_worker",
-            ("tests/test_real_cluster.py::test_all_tasks_agree_and_layout_is_real (block, cyclic, "
-             "plane, uneven)"),
-            "tests/test_real_cluster.py::test_arbitrary_layout_follows_the_host_file",
-            "tests/test_real_cluster.py::test_concurrent_steps_get_distinct_ports",
-        ),
-    },
-    {
-        "name": "`srun --mpi=pmi2`", "started_by": "`srun --mpi=pmi2` ranks",
-        "signal": "a real step whose `PMI_RANK`/`PMI_SIZE` agree with `SLURM_PROCID`",
-        "status": "proven on the real cluster", "version": "Slurm 22.05.8",
-        "what": "pmi2 ranks recorded and run (torch all_reduce, 5 ranks on 3 nodes)",
-        "tests": ("tests/test_real_mpi.py::test_srun_pmi2_ranks_are_slurm_tasks",),
-        "mpi": True,
-    },
-    {
-        "name": "`srun --mpi=cray_shasta`", "started_by": "`srun --mpi=cray_shasta` ranks",
-        "signal": "a real step whose `PALS_RANKID` agrees with `SLURM_PROCID`",
-        "status": "proven on the real cluster", "version": "Slurm 22.05.8",
-        "what": "cray_shasta ranks resolve as `slurm` to where Slurm ran them",
-        "tests": (
-            ("tests/test_real_pals.py::test_pals_launcher_on_real_apinfo_files (with the Slurm "
-             "variables visible: launcher `slurm`, the same values)"),
-        ),
-        "mpi": True,
-    },
-    {
-        "name": "`srun --mpi=pmix`", "started_by": "`srun --mpi=pmix` ranks",
-        "signal": "a real step (`SLURM_PROCID`)", "status": "not testable here",
-        "how": "fails to start on this kind of machine (`pmixp_stepd_init() failed`)",
-        "mpi": True,
-    },
-)
+WHY_EMPTY: dict[str, str] = {}
 #: Set only inside a Slurm job or step (never in a login shell): any of them without a job ID
 #: is a partial copy of a task's variables, which local.py refuses.
 TASK_VARIABLES = (
@@ -153,20 +107,10 @@ class SlurmStep(Topology):
                 value=self.tasks_per_node,
                 fix="these come from the same step; do not set them by hand or mix in job values",
             )
-        if self.procid >= self.ntasks:
-            raise SlurmEnvError(
-                f"SLURM_PROCID={self.procid} is not below SLURM_STEP_NUM_TASKS={self.ntasks}",
-                variable="SLURM_PROCID",
-                value=str(self.procid),
-                fix="a task's rank must be smaller than the step's task count",
-            )
-        if self.nodeid >= self.nnodes:
-            raise SlurmEnvError(
-                f"SLURM_NODEID={self.nodeid} is not below SLURM_STEP_NUM_NODES={self.nnodes}",
-                variable="SLURM_NODEID",
-                value=str(self.nodeid),
-                fix="the node index must be smaller than the step's node count",
-            )
+        below("SLURM_PROCID", self.procid, "SLURM_STEP_NUM_TASKS", self.ntasks,
+              "a task's rank must be smaller than the step's task count")
+        below("SLURM_NODEID", self.nodeid, "SLURM_STEP_NUM_NODES", self.nnodes,
+              "the node index must be smaller than the step's node count")
         if self.localid >= self.counts[self.nodeid]:
             raise SlurmEnvError(
                 f"SLURM_LOCALID={self.localid} but node {self.nodeid} runs "

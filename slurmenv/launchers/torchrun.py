@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..lean import TYPE_CHECKING
+from . import NO_WORLD, REGISTRY
 
 if TYPE_CHECKING:
     from .base import Task
@@ -27,31 +28,15 @@ PREFIXES: tuple[str, ...] = ()
 #: Set only in a process torchrun started (local.py refuses the single-process default then).
 TASK_VARIABLES = (MARKER, "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
                   "ROLE_RANK", "ROLE_WORLD_SIZE")
-FALLBACK = False  # not the single-process default (contract.Launcher)
-#: The variables that hold this task's place in the world when this launcher started it
-#: (Task field, variable): the world guard compares them (slurmenv/worldguard.py).
+FALLBACK = False
 WORLD: tuple[tuple[str, str], ...] = (("rank", "RANK"), ("world_size", "WORLD_SIZE"), ("local_rank", "LOCAL_RANK"),
          ("local_world_size", "LOCAL_WORLD_SIZE"))
-#: torchrun numbered its workers itself: the srun task, Flux job, MPI rank or pod it runs in
-#: describes its agent, not the worker (launchers/__init__.py).
-ENCLOSED_BY: tuple[str, ...] = ("flux", "het", "slurm", "lsf", "pals", "openmpi", "hydra", "mvapich", "k8s")
-#: Why a field is empty (contract.Launcher; tests/test_registry.py asks).
-WHY_EMPTY = {
-    "PREFIXES": "every variable read is named in VARIABLES",
-}
-#: What the docs' launcher tables say of it (keys: launchers/table.py; tests check them).
-CLAIMS = (
-    {
-        "name": "torchrun", "started_by": "`torchrun` workers", "signal": "`TORCHELASTIC_RUN_ID`",
-        "status": "proven on the real cluster", "version": "torch 2.13.0 under Slurm 22.05.8",
-        "what": "real torchrun workers in srun tasks, 2 nodes x 2 workers",
-        "tests": (
-            ("tests/test_real_lightning.py::test_fabric_and_trainer_under_slurmenv_torchrun "
-             "(`slurmenv.lightning` resolves each worker)"),
-            "tests/test_resolve.py::test_torchrun_inside_srun_wins_and_is_reported",
-        ),
-    },
-)
+#: torchrun numbered its workers itself: the task of any launcher after it in the registry
+#: (srun task, Flux job, MPI rank, pod) describes its agent, not the worker; derived from the
+#: registry, so a launcher added there is one too. Not preset: its variables are torchrun's own.
+ENCLOSED_BY: tuple[str, ...] = tuple(
+    name for name in REGISTRY[REGISTRY.index(NAME) + 1:] if name not in (*NO_WORLD, "preset"))
+WHY_EMPTY = {"PREFIXES": "every variable read is named in VARIABLES"}
 
 
 def detect(environ: Mapping[str, str]) -> bool:

@@ -1,9 +1,9 @@
 """The launcher tables of ``docs/launchers.md`` and ``docs/launchers-beyond-slurm.md``, made from
-what each launcher module declares about itself (a test keeps the pages equal to them).
+``launcher_claims.CLAIMS`` (a test keeps the pages equal to them; ``python tests/regen.py``
+rewrites them). Test and docs code: nothing in the package imports it.
 
-Every module of the registry declares ``CLAIMS``: one plain dict per way its tasks are started,
-each a row of the launcher table. Plain data, so that importing a launcher on ``srun``'s start-up
-path costs nothing more; :func:`claims` checks them. The keys:
+Every launcher of the registry has its claims there: one plain dict per way its tasks are
+started, each a row of the launcher table; :func:`claims` checks them. The keys:
 
 * ``name``: the launcher as prose calls it (``"Open MPI"``, ``"MPICH (Hydra)"``); the README's
   claims are checked against it;
@@ -62,7 +62,7 @@ REQUIRED = ("name", "started_by", "signal", "status")
 
 def check(module: str, raw: object) -> Claim:
     """One declared claim of launcher ``module``; ValueError or TypeError says what is wrong."""
-    where = f"slurmenv/launchers/{module}.py CLAIMS"
+    where = f"tests/launcher_claims.py, {module}"
     if not isinstance(raw, dict):
         raise TypeError(f"{where}: a claim is a dict, not {raw!r}")
     unknown = sorted(set(raw) - set(Claim._fields[1:]))
@@ -91,15 +91,20 @@ def check(module: str, raw: object) -> Claim:
 
 
 def claims() -> list[Claim]:
-    """Every launcher's claims, in registry order (imports every launcher)."""
-    from . import REGISTRY, load
+    """Every launcher's claims, in registry order: ValueError for a launcher without claims
+    or claims of a launcher not registered."""
+    from launcher_claims import CLAIMS
 
+    from slurmenv.launchers import REGISTRY
+
+    unknown = sorted(set(CLAIMS) - set(REGISTRY))
+    if unknown:
+        raise ValueError(f"tests/launcher_claims.py: {unknown} not in the registry")
     found = []
     for name in REGISTRY:
-        declared = getattr(load(name), "CLAIMS", ())
-        if not declared:
-            raise ValueError(f"slurmenv/launchers/{name}.py declares no CLAIMS")
-        found += [check(name, raw) for raw in declared]
+        if not CLAIMS.get(name):
+            raise ValueError(f"tests/launcher_claims.py declares no claims of launcher {name!r}")
+        found += [check(name, raw) for raw in CLAIMS[name]]
     return found
 
 
@@ -176,4 +181,38 @@ def beyond_slurm(found: list[Claim]) -> str:
     lines = ["| launcher | module | evidence |", "|---|---|---|"]
     lines += [f"| {c.name} | `{c.module}.py` | {status_cell(c, link=False)} |"
               for c in found if c.page == BEYOND]
+    return "\n".join(lines)
+
+
+def registry_order() -> str:
+    """docs/design.md: the registry in its order, each launcher with its signal variables
+    (``SIGNALS``: its module is not imported without one) and the comment that gives the reason
+    for its place (the comment lines above it in ``slurmenv/launchers/__init__.py``)."""
+    import io
+    import tokenize
+    from pathlib import Path
+
+    from slurmenv import launchers
+
+    source = Path(launchers.__file__).read_text(encoding="utf-8")
+    body = source[source.index("REGISTRY = ("):]
+    reasons: dict[str, str] = {}
+    comment: list[str] = []
+    for token in tokenize.generate_tokens(io.StringIO(body).readline):
+        if token.type == tokenize.COMMENT:
+            comment.append(token.string.lstrip("#").strip())
+        elif token.type == tokenize.STRING:
+            reasons[token.string.strip("\"'")] = " ".join(comment)
+            comment = []
+        elif token.type == tokenize.OP and token.string == ")":
+            break
+    lines = []
+    for number, name in enumerate(launchers.REGISTRY, 1):
+        signals = launchers.SIGNALS.get(name)
+        shown = (f" (imported only with {', '.join(f'`{s}`' for s in signals)})"
+                 if signals else "")
+        if not reasons.get(name):
+            raise ValueError(f"slurmenv/launchers/__init__.py: no comment above {name!r} in "
+                             "REGISTRY says why it is there")
+        lines.append(f"{number}. **{name}**{shown}: {reasons[name]}")
     return "\n".join(lines)

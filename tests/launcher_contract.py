@@ -1,26 +1,18 @@
-"""What every launcher module of the registry declares: :class:`Launcher`, checked twice.
-
-* By mypy: the end of this module assigns each registered module to a name typed
-  :class:`Launcher` (under ``TYPE_CHECKING``, so nothing is imported at run time): a module
-  missing a field, or declaring one of the wrong type, is a type error here.
-* By the tests (``tests/test_registry.py``): every module of ``REGISTRY`` is an instance of
-  :class:`Launcher` (the protocol is runtime-checkable: every field is present), each field
-  has its type, a field declared empty says why in ``WHY_EMPTY``, the assignments below name
-  exactly the registered modules, and every module under ``launchers/`` is registered or
-  listed in ``launchers.HELPERS``.
-
-No module imports this one at run time but the tests: it costs ``export`` nothing. The recipe
-that uses it is ``docs/design.md``'s "add a launcher".
+"""What every launcher module of the registry declares: :class:`Launcher`, checked by
+:func:`faults` for every module of ``slurmenv.launchers.REGISTRY`` (``tests/test_registry.py``):
+the list of modules checked is the registry itself, so a launcher registered is checked with
+no line here. Test code: nothing in the package imports it. The recipe that uses it is
+``docs/design.md``'s "add a launcher".
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+import inspect
+import types
+from collections.abc import Mapping
+from typing import Protocol, runtime_checkable
 
-if TYPE_CHECKING:
-    from collections.abc import Mapping
-
-    from .base import Task
+from slurmenv.launchers.base import Task
 
 
 @runtime_checkable
@@ -48,10 +40,6 @@ class Launcher(Protocol):
         task, the single-process default is refused naming it (``local.stray``)."""
 
     @property
-    def CLAIMS(self) -> tuple[Mapping[str, object], ...]:
-        """Its rows of the docs' launcher tables (``launchers/table.py``)."""
-
-    @property
     def FALLBACK(self) -> bool:
         """True only for the single-process default (``local``): the pipeline then looks in
         /proc for a scrubbed Slurm step before using it (``launchers/evidence.py``)."""
@@ -67,12 +55,12 @@ class Launcher(Protocol):
         """Registry names of launchers whose variables this launcher's tasks carry from the
         process that started them (torchrun's agent in an srun task), not their own: their
         WORLD facts are not compared with this launcher's tasks. Each comes after this
-        launcher in the registry (tests/test_registry.py)."""
+        launcher in the registry (tests/test_world_guard.py)."""
 
     @property
     def WHY_EMPTY(self) -> Mapping[str, str]:
         """For each field above declared empty, why (``{"PREFIXES": "every variable read is
-        named in VARIABLES"}``); tests/test_registry.py refuses an empty field without one."""
+        named in VARIABLES"}``); :func:`faults` refuses an empty field without one."""
 
     def detect(self, environ: Mapping[str, str], /) -> bool:
         """Whether this launcher started the task: presence and equality of variables only
@@ -82,44 +70,43 @@ class Launcher(Protocol):
         """The task as the launcher tells it, or SlurmEnvError naming the variable at fault."""
 
 
+
 #: The fields of :class:`Launcher` that are tuples: each is either non-empty or has a reason in
 #: ``WHY_EMPTY``.
-TUPLES = ("VARIABLES", "PREFIXES", "TASK_VARIABLES", "CLAIMS", "WORLD")
+TUPLES = ("VARIABLES", "PREFIXES", "TASK_VARIABLES", "WORLD")
 #: Every field of :class:`Launcher`, with the type its value must have at run time.
 FIELDS: dict[str, type | tuple[type, ...]] = {
     "NAME": str, "VARIABLES": tuple, "PREFIXES": tuple, "TASK_VARIABLES": tuple,
-    "CLAIMS": tuple, "FALLBACK": bool, "WHY_EMPTY": dict, "WORLD": tuple, "ENCLOSED_BY": tuple,
+    "FALLBACK": bool, "WHY_EMPTY": dict, "WORLD": tuple, "ENCLOSED_BY": tuple,
 }
 
-if TYPE_CHECKING:
-    # One line per module of launchers.REGISTRY (tests/test_registry.py checks the list):
-    # mypy checks each against Launcher.
-    from . import (
-        batch,
-        flux,
-        het,
-        hydra,
-        k8s,
-        local,
-        lsf,
-        mvapich,
-        openmpi,
-        pals,
-        preset,
-        slurm,
-        torchrun,
-    )
 
-    _torchrun: Launcher = torchrun
-    _flux: Launcher = flux
-    _het: Launcher = het
-    _slurm: Launcher = slurm
-    _lsf: Launcher = lsf
-    _pals: Launcher = pals
-    _openmpi: Launcher = openmpi
-    _hydra: Launcher = hydra
-    _mvapich: Launcher = mvapich
-    _batch: Launcher = batch
-    _k8s: Launcher = k8s
-    _preset: Launcher = preset
-    _local: Launcher = local
+def faults(module: types.ModuleType) -> list[str]:
+    """What ``module`` lacks of :class:`Launcher`: each field present with its type, ``detect``
+    and ``read`` functions of one positional argument, a reason for each empty field."""
+    found = [] if isinstance(module, Launcher) else ["not a Launcher"]
+    for field, kind in FIELDS.items():
+        if not isinstance(getattr(module, field, None), kind):
+            found.append(f"{field} missing or not a {kind}")
+    for field in ("detect", "read"):
+        function = getattr(module, field, None)
+        if not callable(function):
+            found.append(f"{field} is not a function")
+            continue
+        try:
+            inspect.signature(function).bind({})
+        except TypeError:
+            found.append(f"{field} does not take the environment alone")
+    why = getattr(module, "WHY_EMPTY", None)
+    if isinstance(why, dict):
+        for field in TUPLES:
+            value = getattr(module, field, None)
+            if value == () and not str(why.get(field, "")).strip():
+                found.append(f"{field} is empty and WHY_EMPTY gives no reason")
+            if value and field in why:
+                found.append(f"WHY_EMPTY explains {field}, which is not empty")
+        found += [f"WHY_EMPTY names {key}, no such field" for key in why if key not in TUPLES]
+    for field in ("VARIABLES", "PREFIXES", "TASK_VARIABLES"):
+        if not all(isinstance(n, str) and n for n in getattr(module, field, ()) or ()):
+            found.append(f"{field} holds something other than names")
+    return found
