@@ -30,8 +30,6 @@ from .lean import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from .resolution import Resolution  # types only (see render.py)
-
 #: The GPU lists Slurm sets for every task (gres/gpu), in the order they are reported (and
 #: exported, when GPU binding narrows them).
 VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ZE_AFFINITY_MASK")
@@ -120,7 +118,7 @@ def for_local_rank(
     return list(visible[local_rank * count : (local_rank + 1) * count])
 
 
-def _present(environ: Mapping[str, str]) -> dict[str, str]:
+def lists_set(environ: Mapping[str, str]) -> dict[str, str]:
     return {name: environ[name] for name in VARIABLES if environ.get(name) is not None}
 
 
@@ -162,7 +160,7 @@ def bound_by_slurm(environ: Mapping[str, str], name: str, count: int) -> str | N
 def bound_per_task(environ: Mapping[str, str]) -> bool:
     """Whether the task's first GPU list set (``VARIABLES`` order) is its own
     (:func:`bound_by_slurm`); False when no list is set."""
-    present = _present(environ)
+    present = lists_set(environ)
     if not present:
         return False
     name, value = next(iter(present.items()))
@@ -179,7 +177,7 @@ def plan(
     docstring) and errors are raised for lists that cannot be split; without it nothing is
     changed or checked: the result only describes what the task sees.
     """
-    present = _present(environ)
+    present = lists_set(environ)
     if not present:
         return _no_list(environ, local_world_size, bind)
     name, value = next(iter(present.items()))
@@ -239,37 +237,3 @@ def _no_list(environ: Mapping[str, str], local_world_size: int, bind: bool) -> B
         )
     return Binding({}, None, "no GPU list set (CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES, ... "
                    "unset): the environment restricts nothing")
-
-
-
-def per_rank(res: Resolution, environ: Mapping[str, str]) -> list[tuple[str, ...] | None] | None:
-    """The GPUs of every rank of the step as far as this task can tell (``show --all-ranks``).
-
-    ``res`` is this task's resolution from ``environ``. Ranks on this node: their share of the
-    list when ``res`` bound GPUs, the shared list itself when not; None (unknown) when Slurm
-    bound GPUs per task. Ranks on other nodes: None (each node has its own list). Returns None
-    when no GPU list is set at all.
-    """
-    present = _present(environ)
-    if not present:
-        return None
-    out: list[tuple[str, ...] | None] = [None] * res.world_size
-    out[res.rank] = res.gpus
-    name, value = next(iter(present.items()))
-    try:
-        items = parse_list(value, name)
-        node_of, local_of = res.node_of, res.local_of
-    except SlurmEnvError:
-        return out
-    if bound_by_slurm(environ, name, len(items)) is not None:
-        return out
-    bound = any(var in res.bindings for var in VARIABLES)
-    for rank, (node, local) in enumerate(zip(node_of, local_of)):
-        if node != res.node_rank:
-            continue
-        try:
-            share = for_local_rank(items, local, res.local_world_size) if bound else items
-        except (SlurmEnvError, ValueError):
-            continue
-        out[rank] = tuple(share)
-    return out

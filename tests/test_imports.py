@@ -6,7 +6,7 @@ Which imports count (the edges of the graph ``import_edges`` builds from each mo
 * module level: ``import x`` / ``from . import x`` at the top of a module;
 * ``if TYPE_CHECKING:``: never executed, but a type names the module it comes from: a loop of
   types is a loop of layers all the same (a lower module names a higher one's type only with
-  its reason in :data:`ALLOWED_LOOPS`, as ``render.py`` and ``gpus.py`` name ``Resolution``);
+  its reason in :data:`ALLOWED_LOOPS`);
 * inside a function: lazy imports are how ``slurmenv export`` stays lean (a module is loaded
   only on the path that needs it), not a way around the layers: they count too.
 
@@ -202,24 +202,15 @@ ALLOWED_LOOPS: dict[tuple[str, ...], str] = {
         "package's name): the split of the doctor's checks (issue 27) kept those names, so "
         "the loop stays"
     ),
-    ("slurmenv.resolution", "slurmenv.render", "slurmenv.gpus"): (
-        "a Resolution is data and rendering is a function of it: render and gpus take a "
-        "Resolution (its type, under TYPE_CHECKING only) and resolution.py imports none of "
-        "them at module level; Resolution.env() and apply(), public API, call render.env and "
-        "render.apply through an import at call time (the only edge back)"
-    ),
 }
 
 
-def test_rendering_is_a_function_of_the_resolution() -> None:
-    # The one edge back of the resolution/render loop is Resolution.env/apply's import at
-    # call time: resolution imports render and gpus at no module level, and they name the
-    # Resolution for types only (no Protocol restating its fields).
-    below = import_edges("slurmenv.resolution")
-    assert below.get("slurmenv.render") == LAZY and "slurmenv.gpus" not in below, below
+def test_rendering_names_no_resolution() -> None:
+    # A Resolution is data with its values (env, apply) in resolution.py; the output sets'
+    # names, the formats (render.py) and GPU binding (gpus.py) lie below it and never name it.
     for name in ("slurmenv.render", "slurmenv.gpus"):
-        assert import_edges(name)["slurmenv.resolution"] == TYPES, name
-        assert "Protocol" not in MODULES[name].read_text(encoding="utf-8"), name
+        assert "slurmenv.resolution" not in import_edges(name), name
+    assert import_edges("slurmenv.resolution")["slurmenv.render"] == TOP
 
 
 def allowed(component: list[str]) -> bool:
@@ -270,7 +261,7 @@ def loaded_after(code: str, env: dict[str, str]) -> list[str]:
 # What every task of a step loads for `slurmenv export`: each module costs every task a part of
 # a millisecond (docs/performance.md), so one more is a decision, not an accident.
 EXPORT_PATH = {
-    "slurmenv", "slurmenv.lean", "slurmenv.commands.main", "slurmenv.commands.console", "slurmenv.pipeline",
+    "slurmenv", "slurmenv.lean", "slurmenv.commands", "slurmenv.commands.main", "slurmenv.commands.console", "slurmenv.pipeline",
     "slurmenv.errors", "slurmenv.gpus", "slurmenv.launchers", "slurmenv.launchers.base",
     "slurmenv.launchers.slurm", "slurmenv.layout", "slurmenv.nodes", "slurmenv.options",
     "slurmenv.ports", "slurmenv.render", "slurmenv.resolution", "slurmenv.tfconfig",

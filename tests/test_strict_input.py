@@ -185,7 +185,7 @@ def test_tf_job_counts_follow_the_number_rule(count: str) -> None:
 @pytest.mark.parametrize("text", ["١٠", "1_0", "+5", "1e1", "05", "2.5", " 5"])
 @pytest.mark.parametrize("where", ["flag", "variable"])
 def test_step_timeouts_follow_the_number_rule(text: str, where: str) -> None:
-    from slurmenv.commands.console import step_timeout
+    from slurmenv.doctor.stepcheck import timeout_from as step_timeout
 
     with pytest.raises(SlurmEnvError) as info:
         if where == "flag":

@@ -26,7 +26,7 @@ from ..lean import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable
     from typing import BinaryIO, NoReturn
 
     from ..resolution import Resolution
@@ -69,14 +69,6 @@ def resolve_from_args(args: argparse.Namespace) -> Resolution:
 def print_error(exc: SlurmEnvError) -> None:
     """Write a resolution error to stderr, prefixed like every slurmenv message."""
     say(printable(f"slurmenv: error: {exc}") + "\n")
-
-
-def step_timeout(environ: Mapping[str, str], given: str | None) -> float:
-    """The step check's timeout: ``--step-timeout`` (``given``), else ``SLURMENV_STEP_TIMEOUT``,
-    else the default (``stepcheck.timeout_from``, which reads it by the one number rule)."""
-    from ..doctor import stepcheck
-
-    return stepcheck.timeout_from(environ, given)
 
 
 def usage_error(message: str) -> NoReturn:

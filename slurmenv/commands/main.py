@@ -127,9 +127,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
         values = res.env(options.outputs(os.environ, args.for_))
         if args.preflight:
             from ..doctor import stepcheck
-            from .console import step_timeout
 
-            seconds = step_timeout(os.environ, args.step_timeout)
+            seconds = stepcheck.timeout_from(os.environ, args.step_timeout)
     except SlurmEnvError as exc:
         from .console import print_error
 

@@ -94,13 +94,13 @@ def replay(
 def step(options: Mapping[str, Any], timeout: str | None, from_file: str | None) -> int:
     """``doctor --step``: the step check (slurmenv.doctor.stepcheck) in this task."""
     from .. import resolve
-    from ..commands.console import print_error, step_timeout, usage_error
+    from ..commands.console import print_error, usage_error
     from . import stepcheck
 
     if from_file:
         usage_error("--step checks a running step: it cannot replay a dump (--from)")
     try:
-        seconds = step_timeout(os.environ, timeout)
+        seconds = stepcheck.timeout_from(os.environ, timeout)
         res = resolve(**options)
     except SlurmEnvError as exc:
         print_error(exc)
