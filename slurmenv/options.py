@@ -350,6 +350,17 @@ def from_environ(environ: Mapping[str, str], **given: object) -> Options:
     return Options(**values)
 
 
+def default_text(row: Option) -> str:
+    """The default as a user writes it (in the flags' help and docs/options.md)."""
+    if row.kind == FLAG:
+        return "on" if row.default else "off"
+    if row.default is None:
+        return "unset"
+    if isinstance(row.default, tuple):  # a RANGE: (lo, hi)
+        return "-".join(str(end) for end in row.default)
+    return str(row.default)
+
+
 # -- command lines -------------------------------------------------------------------------
 def _described(row: Option) -> tuple[str, str | None]:
     """Help of ``row``'s flag and of its ``--no-`` flag, naming the variable."""
@@ -449,22 +460,6 @@ def given_in(args: object) -> dict[str, Any]:
     return {row.field: values[row.field] for row in TABLE if values.get(row.field) is not None}
 
 
-# -- documentation -------------------------------------------------------------------------
-def default_text(row: Option) -> str:
-    """The default as a user writes it."""
-    if row.kind == FLAG:
-        return "on" if row.default else "off"
-    if row.default is None:
-        return "unset"
-    if isinstance(row.default, tuple):  # a RANGE: (lo, hi)
-        return "-".join(str(end) for end in row.default)
-    return str(row.default)
-
-
-#: The command that writes docs/options.md (with every other generated page: tests/regen.py).
-REGENERATE = "python tests/regen.py"
-
-
 # -- the output set (what --for chooses) ------------------------------------------------------
 #: The variable that chooses the set of outputs, as ``--for`` does: how a choice made once in
 #: the batch script reaches every task, and the only way to choose it for the task prolog.
@@ -494,37 +489,3 @@ def outputs(environ: Mapping[str, str], given: str | None = None) -> str:
             fix=f"use one of {', '.join(OUTPUT_SETS)} (what --for takes), or unset it for all",
         )
     return text
-
-
-def markdown() -> str:
-    """``docs/options.md``: the table as a page (a test keeps the file equal to this)."""
-    lines = [
-        "# Options",
-        "",
-        ("<!-- Generated from the table in slurmenv/options.py by `" + REGENERATE + "`; "
-         "tests/test_options.py checks it. -->"),
-        "",
-        ("Every resolution option is a command-line flag of `export`, `exec`, `show`, `doctor` "
-         "and `dump`, a `SLURMENV_*` variable (set once in the batch script, it reaches every "
-         "task through `srun`) and a keyword of `slurmenv.resolve()`. A flag or keyword wins "
-         "over its variable. Yes/no variables take `1`, `true`, `yes`, `on` or `0`, `false`, "
-         "`no`, `off`. `slurmenv torchrun` takes the options marked *torchrun*."),
-        "",
-        "| flag | variable | default | meaning |",
-        "| --- | --- | --- | --- |",
-    ]
-    for row in TABLE:
-        flag = f"`{row.flag} {row.metavar}`" if row.metavar else f"`{row.flag}`"
-        if row.negative:
-            flag += f", `{negative_flag(row)}`"
-        meaning = row.help + (f"; `{negative_flag(row)}`: {row.negative}" if row.negative else "")
-        meaning += " (*torchrun*)" if row.torchrun else ""
-        meaning = meaning.replace("|", "\\|")
-        lines.append(f"| {flag} | `{row.variable}` | {default_text(row)} | {meaning} |")
-    lines.append(f"| `--for SET` | `{FOR_VARIABLE}` | all | {FOR_HELP} (export, exec, show, "
-                 "doctor and the task prolog; not a keyword of `resolve()`: pass it to "
-                 "`Resolution.env(for_)`) |")
-    lines += ["", "Python: `slurmenv.resolve(" + ", ".join(
-        f"{row.field}=..." for row in TABLE) + ")`.", ""]
-    return "\n".join(lines)
-
