@@ -77,11 +77,8 @@ CONSUMED = (
 REPLACED = ("MASTER_ADDR", "TF_CONFIG")
 #: slurmenv's task prolog's marker (``worldguard.py``, where it is applied before reading).
 SET_BY = worldguard.SET_BY
-FREE_PORT_SOURCE = "a port free on 127.0.0.1 now (single process)"
-EXPLICIT_PORT_SOURCE = "given port (--port or SLURMENV_PORT)"
 EXPLICIT_ADDR_SOURCE = "given address (--master-addr or SLURMENV_MASTER_ADDR)"
 ADDR_FIX = "pass the address of rank 0's node with --master-addr (or SLURMENV_MASTER_ADDR)"
-PORT_FIX = "give a port with --port (or SLURMENV_PORT), the same in every task"
 
 
 # -- the conductor -----------------------------------------------------------------------------
@@ -372,22 +369,14 @@ def address(
     return master_addr, source
 
 
-def _runtime_port(port: int, why: str, taken: dict[int, str], variable: str) -> SlurmEnvError:
-    return SlurmEnvError(
-        f"{why} would make MASTER_PORT {port}, which {taken[port]} gives the MPI runtime "
-        "(libpals binds it itself)",
-        variable=variable, value=str(port),
-        fix="choose another port (--port or SLURMENV_PORT), the same in every task",
-    )
-
-
 def port_plan(
     task: Task,
     environ: Mapping[str, str],
     options: Options,
     ephemeral: tuple[int, int] | None,
 ) -> ports.Ports:
-    """``MASTER_PORT`` and the TensorFlow ports by local rank, in the order of precedence."""
+    """``MASTER_PORT`` and the TensorFlow ports by local rank, in the order of precedence
+    (the rules of each step are ports.py's)."""
     if "MASTER_PORT" in task.fixed:
         text = task.fixed["MASTER_PORT"]
         master = parse_int("MASTER_PORT", text, minimum=1)
@@ -398,92 +387,28 @@ def port_plan(
     explicit: tuple[int, str, str] | None = None
     if options.port is not None:
         given = "SLURMENV_PORT" if environ.get("SLURMENV_PORT") else "--port"
-        explicit = (options.port, EXPLICIT_PORT_SOURCE, given)
+        explicit = (options.port, ports.EXPLICIT_SOURCE, given)
     elif environ.get("MASTER_PORT"):
         port = ports.parse_port(environ["MASTER_PORT"], "MASTER_PORT")
         explicit = (port, f"MASTER_PORT={port} already set (it wins)", "MASTER_PORT")
-    if task.free_port:
-        # A single process on this machine: no other task to agree with.
-        if explicit is not None:
-            master, why, variable = explicit
-        else:
-            master, why, variable = free_port(options.port_range), FREE_PORT_SOURCE, "--port"
-        return ports.Ports(master, [free_port(options.port_range, avoid=master)], why, variable)
+    if task.free_port:  # a single process on this machine: no other task to agree with
+        return ports.single_process(explicit, options.port_range)
     taken = ports.runtime_ports(environ)
     if explicit is not None:
-        port, why, variable = explicit
-        if port in taken:
-            raise _runtime_port(port, why, taken, variable)
-        tf = [port + 1 + k for k in range(per_node + len(taken)) if port + 1 + k <= ports.LAST_PORT]
-        tf = [p for p in tf if p not in taken][:per_node]
-        plan = ports.Ports(port, tf, f"{why}; TensorFlow ports follow it", variable)
+        plan = ports.following(*explicit, per_node, taken)
     elif task.reserved_ports is not None:
-        variable, reserved = task.reserved_ports
-        # as many as a resolution can use: MASTER_PORT, a TF port per local rank, and those
-        # the MPI runtime takes for itself
-        listed = ports.parse_port_list(reserved, variable, limit=per_node + 1 + len(taken))
-        source = f"{variable}={reserved} (reserved by Slurm)"
-        skipped = sorted({p for p in listed if p in taken})
-        if skipped:
-            listed = [p for p in listed if p not in taken]
-            names = sorted({taken[p] for p in skipped})
-            source += f" without {', '.join(map(str, skipped))} ({', '.join(names)}: the MPI " \
-                "runtime's own)"
-        if not listed:
-            raise SlurmEnvError(
-                f"every port of {variable}={reserved} is the MPI runtime's own "
-                f"({', '.join(sorted(set(taken.values())))})",
-                variable=variable, value=reserved,
-                fix=f"reserve more ports with srun --resv-ports={per_node + 1 + len(skipped)}, "
-                "or give a port with --port",
-            )
-        plan = ports.Ports(listed[0], listed[1:], source, variable)
+        plan = ports.reserved(*task.reserved_ports, per_node, taken)
     elif task.port_seed is not None:
         ports.check_range_outside(options.port_range, ephemeral, "SLURMENV_PORT_RANGE")
-        job, launch = task.port_seed
-        if task.launch_key is not None:  # a launch that is not a step: outside the job's block
-            plan = ports.launch_ports(job, launch, options.port_range, per_node)
-        else:
-            plan = ports.block_ports(job, launch, options.port_range, per_node)
-        if plan.master in taken:
-            raise _runtime_port(plan.master, "the port formula", taken, "MASTER_PORT")
-        source = f"{plan.source} (from {task.port_seed_source})"
-        plan = ports.Ports(plan.master, [p for p in plan.tf if p not in taken], source)
+        plan = ports.formula(task.port_seed, task.port_seed_source, options.port_range,
+                             per_node, taken, launch=task.launch_key is not None)
     else:
         raise SlurmEnvError(
             f"MASTER_PORT cannot be derived: {task.port_seed_source}",
-            variable="MASTER_PORT", value=None, fix=PORT_FIX,
+            variable="MASTER_PORT", value=None, fix=ports.GIVE_PORT_FIX,
         )
     ports.check_outside(plan.master, ephemeral, "MASTER_PORT", plan, environ)
     return plan
-
-
-def free_port(port_range: tuple[int, int], avoid: int = 0) -> int:
-    """A TCP port of ``port_range`` that is free on 127.0.0.1 right now.
-
-    Chosen in the range (below the ephemeral range) rather than by the kernel, which would
-    pick one inside the ephemeral range. The search starts at a point derived from the PID.
-    """
-    import os
-    import socket  # the single-process fallback only
-
-    lo, hi = port_range
-    span = hi - lo + 1
-    start = os.getpid() * 7919 % span
-    for k in range(span):
-        port = lo + (start + k) % span
-        if port == avoid:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise SlurmEnvError(
-        f"no free port on 127.0.0.1 in {lo}-{hi}", variable="SLURMENV_PORT_RANGE",
-        value=f"{lo}-{hi}", fix="give another range with SLURMENV_PORT_RANGE or --port-range",
-    )
 
 
 def fixed_tf_config(text: str) -> Callable[[], dict[str, Any]]:

@@ -293,3 +293,93 @@ def too_few_tf_ports(plan: Ports, needed: int, environ: Mapping[str, str]) -> Sl
         fix = f"use a wider --port-range (SLURMENV_PORT_RANGE), {without}"
     value = environ.get(plan.variable)
     return SlurmEnvError(message, variable=plan.variable, value=value, fix=fix)
+
+
+# -- the port plan's rules (pipeline.port_plan applies them in the order of precedence) -----
+FREE_PORT_SOURCE = "a port free on 127.0.0.1 now (single process)"
+EXPLICIT_SOURCE = "given port (--port or SLURMENV_PORT)"
+GIVE_PORT_FIX = "give a port with --port (or SLURMENV_PORT), the same in every task"
+
+
+def runtime_refused(port: int, why: str, taken: dict[int, str], variable: str) -> SlurmEnvError:
+    return SlurmEnvError(
+        f"{why} would make MASTER_PORT {port}, which {taken[port]} gives the MPI runtime "
+        "(libpals binds it itself)", variable=variable, value=str(port),
+        fix="choose another port (--port or SLURMENV_PORT), the same in every task",
+    )
+
+
+def single_process(explicit: tuple[int, str, str] | None, port_range: tuple[int, int]) -> Ports:
+    """A single process: the port given, else a free one; its TensorFlow port a free one."""
+    master, why, variable = explicit or (free_port(port_range), FREE_PORT_SOURCE, "--port")
+    return Ports(master, [free_port(port_range, avoid=master)], why, variable)
+
+
+def following(port: int, why: str, variable: str, per_node: int, taken: dict[int, str]) -> Ports:
+    """A port given (``--port``, an inherited ``MASTER_PORT``): the TensorFlow ports follow
+    it, skipping the MPI runtime's (``taken``)."""
+    if port in taken:
+        raise runtime_refused(port, why, taken, variable)
+    tf = [port + 1 + k for k in range(per_node + len(taken)) if port + 1 + k <= LAST_PORT]
+    tf = [p for p in tf if p not in taken][:per_node]
+    return Ports(port, tf, f"{why}; TensorFlow ports follow it", variable)
+
+
+def reserved(variable: str, text: str, per_node: int, taken: dict[int, str]) -> Ports:
+    """Ports Slurm reserved (``SLURM_STEP_RESV_PORTS``) without the MPI runtime's."""
+    # as many as a resolution can use: MASTER_PORT, a TF port per local rank, and those
+    # the MPI runtime takes for itself
+    listed = parse_port_list(text, variable, limit=per_node + 1 + len(taken))
+    source = f"{variable}={text} (reserved by Slurm)"
+    skipped = sorted({p for p in listed if p in taken})
+    if skipped:
+        listed = [p for p in listed if p not in taken]
+        names = sorted({taken[p] for p in skipped})
+        source += f" without {', '.join(map(str, skipped))} ({', '.join(names)}: the MPI " \
+            "runtime's own)"
+    if not listed:
+        raise SlurmEnvError(
+            f"every port of {variable}={text} is the MPI runtime's own "
+            f"({', '.join(sorted(set(taken.values())))})", variable=variable, value=text,
+            fix=f"reserve more ports with srun --resv-ports={per_node + 1 + len(skipped)}, "
+            "or give a port with --port",
+        )
+    return Ports(listed[0], listed[1:], source, variable)
+
+
+def formula(seed: tuple[int, int], seed_source: str, port_range: tuple[int, int],
+            per_node: int, taken: dict[int, str], *, launch: bool) -> Ports:
+    """The formula on the launcher's port seed (job, step or launch): :func:`block_ports`, or
+    :func:`launch_ports` for a launch that is not a step (outside the job's block)."""
+    job, step = seed
+    plan = (launch_ports if launch else block_ports)(job, step, port_range, per_node)
+    if plan.master in taken:
+        raise runtime_refused(plan.master, "the port formula", taken, "MASTER_PORT")
+    return Ports(plan.master, [p for p in plan.tf if p not in taken],
+                 f"{plan.source} (from {seed_source})")
+
+
+def free_port(port_range: tuple[int, int], avoid: int = 0) -> int:
+    """A TCP port of ``port_range`` that is free on 127.0.0.1 right now: chosen in the range
+    (below the ephemeral range), not by the kernel, which would pick one inside it; the
+    search starts at a point derived from the PID."""
+    import os
+    import socket  # the single-process fallback only
+
+    lo, hi = port_range
+    span = hi - lo + 1
+    start = os.getpid() * 7919 % span
+    for k in range(span):
+        port = lo + (start + k) % span
+        if port == avoid:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise SlurmEnvError(
+        f"no free port on 127.0.0.1 in {lo}-{hi}", variable="SLURMENV_PORT_RANGE",
+        value=f"{lo}-{hi}", fix="give another range with SLURMENV_PORT_RANGE or --port-range",
+    )
