@@ -48,7 +48,6 @@ from .worldguard import without_stale
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
-    from types import ModuleType
     from typing import Any, TypeAlias
 
     from .launchers.base import AddressOf
@@ -108,7 +107,7 @@ def resolve(
     read from /proc when needed, None: not looked at).
     """
     environ, stale_note = without_stale(environ)  # before anything is read
-    module = launcher_of(environ, options)
+    module = worldguard.launcher_of(environ, options.launcher)
     task: Task = module.read(environ)  # the fallback refuses a stray launcher variable first
     if module.FALLBACK:
         if step_evidence == FIND:
@@ -130,39 +129,6 @@ def resolve(
     worldguard.check(  # last, on every path (docs/fail-closed.md)
         environ, task, module, options.launcher)
     return res
-
-
-LAUNCHER_FIX = (
-    "unset SLURMENV_LAUNCHER (or drop --launcher) to let slurmenv detect the launcher, or run "
-    "where that launcher started the task"
-)
-
-
-def launcher_of(environ: Mapping[str, str], options: Options) -> ModuleType:
-    """The launcher module that reads this task: the one ``options.launcher`` names (refused
-    when its ``detect`` is false here), else the registry's first that detects it."""
-    name = options.launcher
-    if name is None:
-        return launchers.detect(environ)
-    module = launchers.load(name)
-    if module.detect(environ):
-        return module
-    own = module.TASK_VARIABLES or module.VARIABLES
-    missing = [variable for variable in own if not environ.get(variable)]
-    shown = ", ".join(missing[:4]) + (", ..." if len(missing) > 4 else "")
-    if missing and len(missing) < len(own):
-        told = f"{len(missing)} of its {len(own)} variables are unset or empty ({shown})"
-    elif missing:
-        told = f"none of its variables is set ({shown})"
-    else:
-        told = "its variables are set, but it does not take this task as its own"
-    detected = launchers.detect(environ)
-    raise SlurmEnvError(
-        f"the launcher {name} was chosen (--launcher, SLURMENV_LAUNCHER or launcher=), but it "
-        f"does not detect this task: {told}; without the choice, slurmenv detects "
-        f"{detected.NAME}",
-        variable="SLURMENV_LAUNCHER", value=name, fix=LAUNCHER_FIX,
-    )
 
 
 def read(environ: Mapping[str, str]) -> Task:
@@ -193,7 +159,7 @@ def check_rivals(
     for pid, env, other_key in rival_launches.other_launches(task.launch_key, found):
         try:
             theirs = from_environ(env, **given)
-            if launcher_of(env, theirs).read(env).rank != 0:  # cheaper than a resolution:
+            if worldguard.launcher_of(env, theirs.launcher).read(env).rank != 0:  # cheaper than a resolution:
                 continue  # most are other ranks
             other = resolve(env, theirs, None, 1, None, None)
         except Exception:  # noqa: BLE001, S112 - another process's variables, however broken,

@@ -51,6 +51,10 @@ FORCED_FIX = (
     "that agree and never silences one that contradicts; unset the variables that describe "
     "another world (a stale copy, set by hand or exported in the batch script)"
 )
+LAUNCHER_FIX = (
+    "unset SLURMENV_LAUNCHER (or drop --launcher) to let slurmenv detect the launcher, or run "
+    "where that launcher started the task"
+)
 FIX = (
     "unset the variables that describe another world (a stale copy, set by hand or exported "
     "in the batch script) and resolve inside the task the launcher started"
@@ -101,6 +105,35 @@ def _disagree(
     )
 
 
+def launcher_of(environ: Mapping[str, str], name: str | None) -> ModuleType:
+    """The launcher module that reads this task: the one chosen (``name``; refused when its
+    ``detect`` is false here), else the registry's first that detects it."""
+    if name is None:
+        return launchers.detect(environ)
+    module = launchers.load(name)
+    if module.detect(environ):
+        return module
+    own = module.TASK_VARIABLES or module.VARIABLES
+    missing = [variable for variable in own if not environ.get(variable)]
+    shown = ", ".join(missing[:4]) + (", ..." if len(missing) > 4 else "")
+    if missing and len(missing) < len(own):
+        told = f"{len(missing)} of its {len(own)} variables are unset or empty ({shown})"
+    elif missing:
+        told = f"none of its variables is set ({shown})"
+    else:
+        told = "its variables are set, but it does not take this task as its own"
+    raise _refused_choice(name, f", but it does not detect this task: {told}; without the "
+                          "choice,", launchers.detect(environ), "", "SLURMENV_LAUNCHER", name,
+                          LAUNCHER_FIX)
+
+
+def _refused_choice(name: str, but: str, detected: ModuleType, after: str, variable: str | None,
+                    value: str | None, fix: str = FORCED_FIX) -> SlurmEnvError:
+    return SlurmEnvError(
+        f"the {name} launcher was chosen (--launcher, SLURMENV_LAUNCHER or launcher=){but} "
+        f"slurmenv detects {detected.NAME}{after}", variable=variable, value=value, fix=fix)
+
+
 def _check_detected(
     environ: Mapping[str, str], task: Task, chosen: ModuleType, forced: str
 ) -> None:
@@ -111,19 +144,14 @@ def _check_detected(
     try:
         theirs: Task = detected.read(environ)
     except SlurmEnvError as err:
-        raise SlurmEnvError(
-            f"the {chosen.NAME} launcher was chosen (--launcher or SLURMENV_LAUNCHER), but "
-            f"slurmenv detects {detected.NAME} here, which refuses this task: {err.message}",
-            variable=err.variable, value=err.value, fix=FORCED_FIX,
-        ) from None
+        raise _refused_choice(chosen.NAME, ", but", detected, " here, which refuses this task: "
+                              + err.message, err.variable, err.value) from None
     for field in COMPARED:
         if getattr(theirs, field) != getattr(task, field):
-            raise SlurmEnvError(
-                f"the {chosen.NAME} launcher was chosen (--launcher or SLURMENV_LAUNCHER) and "
-                f"reads {_told(task, field)}, but slurmenv detects {detected.NAME} here, which "
-                f"reads {_told(theirs, field)}: two sources describe different worlds",
-                variable="SLURMENV_LAUNCHER", value=forced, fix=FORCED_FIX,
-            )
+            raise _refused_choice(
+                chosen.NAME, f" and reads {_told(task, field)}, but", detected,
+                f" here, which reads {_told(theirs, field)}: two sources describe different "
+                "worlds", "SLURMENV_LAUNCHER", forced)
 
 
 # -- the prolog's marker, applied before anything is read ---------------------------------
