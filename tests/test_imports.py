@@ -323,9 +323,77 @@ def test_every_package_is_installed() -> None:
     assert sorted(listed) == sorted(packages)
 
 
-#: What launchers/ may import outside its own package: the rules below the launchers.
-BELOW_LAUNCHERS = {"slurmenv.lean", "slurmenv.errors", "slurmenv.ports", "slurmenv.layout",
-                   "slurmenv.nodes", "slurmenv.readfile"}
+#: The layers, lowest first: a module imports (in any way that counts) only its own layer and
+#: those below. The rules below the launchers; the launchers (one module each, ``launchers/``);
+#: the resolver core above them (pipeline, resolution, render, options, ...; the package's
+#: ``__init__``: the public API); the framework helpers (public import paths); the command line
+#: the commands share (``commands/console.py``); dump; the doctor (the step check inside it);
+#: the commands (``commands/``, which load doctor and dump by name, and ``__main__``).
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("rules", ("slurmenv.lean", "slurmenv.errors", "slurmenv.ports", "slurmenv.layout",
+               "slurmenv.nodes", "slurmenv.readfile")),
+    ("launchers", ("slurmenv.launchers",)),
+    ("core", ("slurmenv",)),
+    ("frameworks", ("slurmenv.torch", "slurmenv.tf", "slurmenv.jax", "slurmenv.lightning",
+                    "slurmenv.notebook")),
+    ("command line", ("slurmenv.commands", "slurmenv.commands.console")),
+    ("dump", ("slurmenv.dump",)),
+    ("doctor", ("slurmenv.doctor",)),
+    ("commands", ("slurmenv.commands.", "slurmenv.__main__")),
+)
+#: The arrows allowed back up (importer, imported package), each with its reason: ONE at most.
+UP_ALLOWED: dict[tuple[str, str], str] = {
+    ("slurmenv.dump.capture", "slurmenv.doctor"): (
+        "dump --probe records the doctor's probe of this node (doctor.probe): the doctor/dump "
+        "loop of ALLOWED_LOOPS, which issue 34 removes"
+    ),
+}
+BELOW_LAUNCHERS = set(LAYERS[0][1])
+
+
+def layer_of(name: str) -> int:
+    """The index in :data:`LAYERS` of module ``name``: its longest matching entry (an entry
+    ending in ``.`` matches the modules below it but not the package itself)."""
+    best, found = -1, 0
+    for index, (_, entries) in enumerate(LAYERS):
+        for entry in entries:
+            match = name == entry or name.startswith(entry if entry.endswith(".") else entry + ".")
+            if match and len(entry) > best:
+                best, found = len(entry), index
+    assert best >= 0, name
+    return found
+
+
+def test_the_layers_are_declared() -> None:
+    assert layer_of("slurmenv.pipeline") == layer_of("slurmenv") == 2
+    assert layer_of("slurmenv.ports") == 0 and layer_of("slurmenv.launchers.slurm") == 1
+    assert layer_of("slurmenv.commands") == layer_of("slurmenv.commands.console") == 4
+    assert layer_of("slurmenv.commands.main") == layer_of("slurmenv.__main__") == 7
+    assert layer_of("slurmenv.doctor.stepcheck.rank0") == 6
+
+
+def test_nothing_imports_a_higher_layer() -> None:
+    """Each arrow back up is named in :data:`UP_ALLOWED` with its reason (one at most), and
+    every one named is still there."""
+    assert len(UP_ALLOWED) <= 1 and all(reason.strip() for reason in UP_ALLOWED.values())
+    up = set()
+    for name in MODULES:
+        for target, how in import_edges(name).items():
+            if layer_of(target) > layer_of(name):
+                up.add((name, target, how))
+    allowed = {(a, t) for a, t, _ in up for (b, package) in UP_ALLOWED
+               if a == b and (t == package or t.startswith(package + "."))}
+    back = sorted(f"{a} -> {t} ({how}): {LAYERS[layer_of(a)][0]} -> {LAYERS[layer_of(t)][0]}"
+                  for a, t, how in up if (a, t) not in allowed)
+    assert back == [], "arrows back up (see LAYERS):\n" + "\n".join(back)
+    stale = [key for key in UP_ALLOWED if not any(a == key[0] for a, _ in allowed)]
+    assert stale == [], f"no longer imported: remove them from UP_ALLOWED: {stale}"
+
+
+def test_no_module_is_over_500_lines() -> None:
+    long = {name: n for name, path in MODULES.items()
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > 500}
+    assert long == {}, f"split them by what they hold: {long}"
 
 
 def test_launchers_import_nothing_above_them() -> None:
