@@ -231,7 +231,7 @@ AVOIDED_NOTE = (
     "`socket`, `subprocess` or argparse (common `export` and `exec` command lines are parsed by "
     "`options.parse_leading`, checked against argparse); tests/test_fast_path.py keeps it so. "
     "Cut for issue 21: the console scripts end without the interpreter's teardown once the "
-    "output is written (`commandline.end`: `os._exit`, unless an atexit handler or another "
+    "output is written (`console.end`: `os._exit`, unless an atexit handler or another "
     "thread needs the teardown), the path no longer imports `collections.abc`, TF_CONFIG's "
     "plain strings are quoted without `_json`, and `render.sh_word` replaces characters in turn "
     "instead of compiling a regular expression. "
