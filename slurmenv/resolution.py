@@ -18,7 +18,7 @@ from .lean import TYPE_CHECKING
 __all__ = ["Resolution", "Topology"]
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Mapping
     from typing import Any
 
 #: What to do when NODE_RANK or NNODES is needed but not known (an Open MPI 5 rank over
@@ -40,14 +40,6 @@ class Resolution:
     sees once they are applied (None when no GPU list is set) and
     ``gpu_source`` says where it comes from.
     """
-
-    __slots__ = (
-        "_cache", "_jobs_from", "_nnodes", "_node_rank", "_topology", "bindings", "fixed",
-        "gpu_source", "gpus", "hostname", "in_worker", "job_id", "label", "launcher",
-        "local_rank", "local_world_size", "master_addr", "master_port", "notes", "origin",
-        "origin_fix", "rank", "sources", "step_id", "tf_chief", "tf_jobs", "unknown",
-        "world_size",
-    )
 
     launcher: str
     rank: int
@@ -78,54 +70,23 @@ class Resolution:
     _cache: dict[str, Any]
     _jobs_from: str  # the option that gave tf_jobs: SLURMENV_TF_JOBS or --tf-jobs
 
-    def __init__(
-        self,
-        *,
-        launcher: str,
-        rank: int,
-        local_rank: int,
-        world_size: int,
-        local_world_size: int,
-        node_rank: int,
-        nnodes: int,
-        master_addr: str,
-        master_port: int,
-        hostname: str,
-        job_id: str | None = None,
-        step_id: str | None = None,
-        sources: Mapping[str, str] | None = None,
-        notes: Sequence[str] = (),
-        tf_chief: bool = False,
-        tf_jobs: str | None = None,
-        topology: Topology | None = None,
-        tf_config: Callable[[], dict[str, Any]] | None = None,
-        bindings: Mapping[str, str] | None = None,
-        gpus: Sequence[str] | None = None,
-        gpu_source: str = "",
-        fixed: Mapping[str, str] | None = None,
-        origin: str = "",
-        origin_fix: str | None = None,
-        label: str = "",
-        in_worker: bool = False,
-        unknown: Sequence[str] = (),
-        tf_jobs_from: str = "SLURMENV_TF_JOBS",
-    ) -> None:
-        values = {
-            "launcher": launcher, "rank": rank, "local_rank": local_rank, "world_size": world_size,
-            "local_world_size": local_world_size, "_node_rank": node_rank, "_nnodes": nnodes,
-            "unknown": tuple(unknown),
-            "master_addr": master_addr, "master_port": master_port, "hostname": hostname,
-            "job_id": job_id, "step_id": step_id, "sources": MappingProxyType(dict(sources or {})),
-            "notes": tuple(notes), "tf_chief": tf_chief, "tf_jobs": tf_jobs,
-            "_jobs_from": tf_jobs_from,
-            "_topology": topology or Topology(),
-            "_cache": {} if tf_config is None else {"tf_config_fn": tf_config},
-            "bindings": MappingProxyType(dict(bindings or {})),
-            "gpus": None if gpus is None else tuple(gpus), "gpu_source": gpu_source,
-            "fixed": MappingProxyType(dict(fixed or {})), "origin": origin,
-            "origin_fix": origin_fix, "label": label or launcher, "in_worker": in_worker,
-        }
-        for key, value in values.items():
+    __slots__ = tuple(__annotations__)
+
+    def __init__(self, *, node_rank: int, nnodes: int, topology: Topology,
+                 tf_config: Callable[[], dict[str, Any]] | None, tf_jobs_from: str,
+                 **fields: Any) -> None:
+        """Made by ``pipeline.derive``: every attribute by name (``node_rank``, ``nnodes``,
+        ``topology`` and ``tf_jobs_from`` for the private ones; ``tf_config``: a TF_CONFIG
+        another launcher set)."""
+        fields.update(
+            _node_rank=node_rank, _nnodes=nnodes, _topology=topology, _jobs_from=tf_jobs_from,
+            _cache={} if tf_config is None else {"tf_config_fn": tf_config},
+            label=fields["label"] or fields["launcher"], unknown=tuple(fields["unknown"]),
+            notes=tuple(fields["notes"]), gpus=None if fields["gpus"] is None else tuple(fields["gpus"]),
+            **{key: MappingProxyType(dict(fields[key])) for key in ("sources", "bindings", "fixed")},
+        )
+        assert set(fields) == set(self.__slots__), set(fields) ^ set(self.__slots__)
+        for key, value in fields.items():
             object.__setattr__(self, key, value)
 
     def __setattr__(self, key: str, value: object) -> None:
