@@ -327,6 +327,13 @@ PARSERS: dict[Kind, Callable[[str, str], Any]] = {kind: kind.parse for kind in K
 
 
 # -- values --------------------------------------------------------------------------------
+def given_as(field: str, environ: Mapping[str, str] | None) -> str:
+    """How option ``field`` was given, for a refusal to name: its variable when set, else its
+    flag (the command line or the keyword)."""
+    row = next(row for row in TABLE if row.field == field)
+    return row.variable if (environ or {}).get(row.variable) else row.flag
+
+
 def from_environ(environ: Mapping[str, str], **given: object) -> Options:
     """Options from ``SLURMENV_*`` variables, overridden by the keyword arguments not None.
 

@@ -41,7 +41,7 @@ from . import launchers, ports, tfconfig, worldguard
 from .errors import HOST_RULE, SlurmEnvError, check_host, host_problem, parse_int
 from .launchers.base import Task
 from .lean import TYPE_CHECKING
-from .options import Options
+from .options import Options, given_as
 from .render import RANK_FIELDS
 from .resolution import Resolution
 from .worldguard import without_stale
@@ -72,8 +72,6 @@ CONSUMED = (
     "sources", "notes", "master_host", "master_source", "port_seed", "port_seed_source",
     "reserved_ports", "own_bindings", "free_port", "launch_key",
 )
-#: Variables that describe the step, not a user's choice: an inherited value is replaced.
-REPLACED = ("MASTER_ADDR", "TF_CONFIG")
 #: slurmenv's task prolog's marker (``worldguard.py``, where it is applied before reading).
 SET_BY = worldguard.SET_BY
 EXPLICIT_ADDR_SOURCE = "given address (--master-addr or SLURMENV_MASTER_ADDR)"
@@ -273,19 +271,13 @@ def address_of(options: Options, environ: Mapping[str, str] | None = None) -> Ad
     return address
 
 
-def template_variable(environ: Mapping[str, str] | None) -> str:
-    """The name of the address template option as the user gave it."""
-    return "SLURMENV_ADDR_TEMPLATE" if (environ or {}).get("SLURMENV_ADDR_TEMPLATE") \
-        else "--addr-template"
-
-
 def _apply_template(host: str, options: Options, environ: Mapping[str, str] | None) -> str:
     template = options.addr_template
     if not template:
         return host
     made = template.format(host=host)
     if host_problem(made) is not None:
-        variable = template_variable(environ)
+        variable = given_as("addr_template", environ)
         check_host(
             variable, made, f"fix {variable} or the node name {host!r}: the result must be "
             f"{HOST_RULE}", what=f"the address {variable} makes of node {host!r},",
@@ -303,9 +295,8 @@ def address(
         return fixed, task.sources.get("MASTER_ADDR", task.master_source)
     explicit = getattr(options, "master_addr", None)
     if explicit:
-        given = "SLURMENV_MASTER_ADDR" if (environ or {}).get("SLURMENV_MASTER_ADDR") \
-            else "--master-addr"
-        return check_host(given, str(explicit), ADDR_FIX), EXPLICIT_ADDR_SOURCE
+        return check_host(given_as("master_addr", environ), str(explicit), ADDR_FIX), \
+            EXPLICIT_ADDR_SOURCE
     if task.master_host is None:
         raise SlurmEnvError(
             f"the address of rank 0 cannot be known here: {task.master_source}",
@@ -326,8 +317,7 @@ def address(
         except (OSError, UnicodeError) as exc:  # UnicodeError: not a valid name (idna)
             raise SlurmEnvError(
                 f"cannot resolve the master node's name {master_addr!r} ({exc})",
-                variable="SLURMENV_RESOLVE_ADDR" if (environ or {}).get("SLURMENV_RESOLVE_ADDR")
-                else "--resolve-addr",
+                variable=given_as("resolve_addr", environ),
                 value=(environ or {}).get("SLURMENV_RESOLVE_ADDR") or "given",
                 fix="drop the resolve option to pass the name, or fix the name/template",
             ) from None
@@ -352,8 +342,7 @@ def port_plan(
     per_node = task.topology.largest_local() or task.local_world_size
     explicit: tuple[int, str, str] | None = None
     if options.port is not None:
-        given = "SLURMENV_PORT" if environ.get("SLURMENV_PORT") else "--port"
-        explicit = (options.port, ports.EXPLICIT_SOURCE, given)
+        explicit = (options.port, ports.EXPLICIT_SOURCE, given_as("port", environ))
     elif environ.get("MASTER_PORT"):
         port = ports.parse_port(environ["MASTER_PORT"], "MASTER_PORT")
         explicit = (port, f"MASTER_PORT={port} already set (it wins)", "MASTER_PORT")

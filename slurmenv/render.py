@@ -38,7 +38,6 @@ PET_NAMES = (
     "PET_NNODES", "PET_NPROC_PER_NODE", "PET_RDZV_BACKEND", "PET_RDZV_ENDPOINT", "PET_RDZV_ID",
     "PET_RDZV_CONF",
 )
-TORCHRUN_NAMES = PET_NAMES
 #: Per-task settings, emitted (after the others) by "torch", "tf" and "all" only when the
 #: resolution has a value for them: GPU lists narrowed by GPU binding (gpus.py) and thread
 #: counts the user left unset (threads.py).

@@ -293,20 +293,14 @@ class Resolution:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary of this task's resolution (TF_CONFIG included if computable)."""
-        data: dict[str, Any] = {
-            name: getattr(self, name)
-            for name in (
-                "launcher", "rank", "local_rank", "world_size", "local_world_size",
-                "master_addr", "master_port", "hostname", "job_id", "step_id", "is_chief",
-            )
-        }
-        data["node_rank"] = None if "NODE_RANK" in self.unknown else self._node_rank
-        data["nnodes"] = None if "NNODES" in self.unknown else self._nnodes
-        data["sources"] = dict(self.sources)
-        data["notes"] = list(self.notes)
-        data["bindings"] = dict(self.bindings)
-        data["gpus"] = None if self.gpus is None else list(self.gpus)
-        data["gpu_source"] = self.gpu_source
+        data: dict[str, Any] = {name: getattr(self, name) for name in (
+            "launcher", "rank", "local_rank", "world_size", "local_world_size", "master_addr",
+            "master_port", "hostname", "job_id", "step_id", "is_chief")}
+        data.update(
+            node_rank=None if "NODE_RANK" in self.unknown else self._node_rank,
+            nnodes=None if "NNODES" in self.unknown else self._nnodes, sources=dict(self.sources),
+            notes=list(self.notes), bindings=dict(self.bindings),
+            gpus=None if self.gpus is None else list(self.gpus), gpu_source=self.gpu_source)
         try:
             data["tf_config"] = self.tf_config
         except SlurmEnvError as exc:
@@ -325,9 +319,7 @@ ONE_PER_NODE_FIX = (
 
 def nproc_per_node(res: Resolution) -> tuple[int, str]:
     """torchrun's ``--nproc-per-node`` for this node, with the reason: one process per GPU
-    this task sees (``res.gpus``: the first of ``CUDA_VISIBLE_DEVICES``,
-    ``ROCR_VISIBLE_DEVICES``, ``GPU_DEVICE_ORDINAL``, ``ZE_AFFINITY_MASK`` that is set), else 1.
-    """
+    this task sees (``res.gpus``), else 1."""
     if res.gpus:
         return len(res.gpus), f"one process per GPU ({res.gpu_source})"
     why = f"no GPU in {res.gpu_source}" if res.gpus is not None else "no GPU list set"
@@ -362,11 +354,8 @@ def rdzv_id(res: Resolution) -> str:
     return f"slurmenv-{res.master_port}"  # single node outside Slurm: one agent only
 
 
-def filled_values(
-    res: Resolution,
-    backend: str = "c10d",
-    addr_template: str | None = None,
-) -> dict[str, str]:
+def filled_values(res: Resolution, backend: str = "c10d", addr_template: str | None = None,
+                  ) -> dict[str, str]:
     """The torchrun options slurmenv fills for this node (canonical name -> value).
 
     ``backend`` is the rendezvous backend in use (slurmenv's ``c10d`` unless the user chose
@@ -375,11 +364,7 @@ def filled_values(
     """
     check_one_per_node(res)
     nproc, _ = nproc_per_node(res)
-    values = {
-        "nnodes": str(res.nnodes),
-        "nproc-per-node": str(nproc),
-        "rdzv-backend": backend,
-    }
+    values = {"nnodes": str(res.nnodes), "nproc-per-node": str(nproc), "rdzv-backend": backend}
     if backend == "static":
         # Only the static backend uses --node-rank; c10d assigns node ranks at rendezvous
         # (torchrun warns that it ignores --node-rank there).
@@ -399,10 +384,7 @@ def filled_values(
 
 def pet_env(res: Resolution) -> dict[str, str]:
     """torchrun's ``PET_*`` variables for this node, so that a plain ``torchrun train.py``
-    started once per node (``srun --ntasks-per-node=1``) joins the step.
-
-    Raises SlurmEnvError when the step runs more than one task on a node.
-    """
+    started once per node (``srun --ntasks-per-node=1``) joins the step."""
     values = filled_values(res)
     return {name: values[name[4:].lower().replace("_", "-")] for name in render.PET_NAMES}
 
