@@ -23,14 +23,8 @@ class SlurmEnvError(Exception):
     (``None`` when it was missing) and ``fix`` one sentence telling the user what to do.
     """
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        variable: str | None = None,
-        value: str | None = None,
-        fix: str | None = None,
-    ) -> None:
+    def __init__(self, message: str, *, variable: str | None = None, value: str | None = None,
+                 fix: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.variable = variable

@@ -80,13 +80,8 @@ def parse_list(value: str, variable: str) -> list[str]:
     return items
 
 
-def for_local_rank(
-    visible: Sequence[str],
-    local_rank: int,
-    local_world_size: int,
-    *,
-    variable: str = "CUDA_VISIBLE_DEVICES",
-) -> list[str]:
+def for_local_rank(visible: Sequence[str], local_rank: int, local_world_size: int, *,
+                   variable: str = "CUDA_VISIBLE_DEVICES") -> list[str]:
     """The share of ``visible`` (the list the node's tasks share) of task ``local_rank``.
 
     ``local_world_size`` tasks get ``len(visible) // local_world_size`` consecutive entries
@@ -168,9 +163,8 @@ def bound_per_task(environ: Mapping[str, str]) -> bool:
     return bound_by_slurm(environ, name, count) is not None
 
 
-def plan(
-    environ: Mapping[str, str], local_rank: int, local_world_size: int, bind: bool = False
-) -> Binding:
+def plan(environ: Mapping[str, str], local_rank: int, local_world_size: int,
+         bind: bool = False ) -> Binding:
     """The GPUs of the task ``local_rank`` of ``local_world_size`` on this node.
 
     With ``bind`` the shared lists are narrowed to this task's share (see the module

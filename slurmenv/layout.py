@@ -123,12 +123,8 @@ def _block(counts: Sequence[int]) -> Placement:
     return Placement(node_of, local_of)
 
 
-def place(
-    counts: Sequence[int],
-    distribution: Distribution,
-    hosts: Sequence[str] | None = None,
-    hostfile: Sequence[str] | None = None,
-) -> Placement:
+def place(counts: Sequence[int], distribution: Distribution, hosts: Sequence[str] | None = None,
+          hostfile: Sequence[str] | None = None) -> Placement:
     """Compute the rank → (node index, local rank) map for a step.
 
     ``counts[i]`` is the number of tasks on node ``i``. For ``arbitrary``, ``hostfile`` is the

@@ -56,10 +56,9 @@ class Kind:
 
     __slots__ = ("fix", "invalid", "keyword", "name", "read", "type", "valid")
 
-    def __init__(
-        self, name: str, read: Callable[[str, str], object], type: str, fix: str, *,
-        valid: Sequence[tuple[str, object]], invalid: Sequence[str], keyword: str | None = None,
-    ) -> None:
+    def __init__(self, name: str, read: Callable[[str, str], object], type: str, fix: str, *,
+                 valid: Sequence[tuple[str, object]], invalid: Sequence[str],
+                 keyword: str | None = None) -> None:
         self.name = name
         self.read = read
         self.type = type
@@ -207,10 +206,8 @@ class Option:
     __slots__ = ("default", "field", "flag", "help", "kind", "metavar", "negative", "torchrun",
                  "variable")
 
-    def __init__(
-        self, variable: str, flag: str, kind: Kind, default: object, help: str,
-        metavar: str | None, negative: str | None, torchrun: bool,
-    ) -> None:
+    def __init__(self, variable: str, flag: str, kind: Kind, default: object, help: str,
+                 metavar: str | None, negative: str | None, torchrun: bool) -> None:
         self.field = ""  # the name of its Options field, set once the class exists
         self.variable = variable
         self.flag = flag
@@ -233,17 +230,8 @@ def negative_flag(row: Option) -> str:
     return "--no-" + row.flag[2:]
 
 
-def option(
-    variable: str,
-    flag: str,
-    kind: Kind,
-    default: object,
-    help: str,
-    *,
-    metavar: str | None = None,
-    negative: str | None = None,
-    torchrun: bool = False,
-) -> Any:
+def option(variable: str, flag: str, kind: Kind, default: object, help: str, *,
+           metavar: str | None = None, negative: str | None = None, torchrun: bool = False) -> Any:
     """A row of the options table, written as the default of an :class:`Options` field.
 
     Returns ``default`` (so the field's default is the option's); the row is recorded in
@@ -409,9 +397,8 @@ def add_arguments(container: Any, args: Iterable[Arg]) -> None:
         container.add_argument(flag, **keywords)
 
 
-def parse_leading(
-    argv: Sequence[str], args: Iterable[Arg], rest: bool = False
-) -> tuple[dict[str, object], list[str]] | None:
+def parse_leading(argv: Sequence[str], args: Iterable[Arg],
+                  rest: bool = False ) -> tuple[dict[str, object], list[str]] | None:
     """What argparse makes of a plain command line of ``args``, without argparse.
 
     Understood: exact option names, ``--opt value`` and ``--opt=value``. With ``rest``, the

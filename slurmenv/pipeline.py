@@ -89,14 +89,9 @@ SCRUBBED_FIX = (
 )
 
 
-def resolve(
-    environ: Mapping[str, str],
-    options: Options,
-    ephemeral: tuple[int, int] | None,
-    cpus: int | None = None,
-    step_evidence: str | None = FIND,
-    rivals: Rivals = FIND,
-) -> Resolution:
+def resolve(environ: Mapping[str, str], options: Options, ephemeral: tuple[int, int] | None,
+            cpus: int | None = None, step_evidence: str | None = FIND,
+            rivals: Rivals = FIND) -> Resolution:
     """Detect, read, check the fallback's evidence, derive, check rivals (module docstring).
 
     ``step_evidence`` is local evidence of a Slurm task step for the single-process default
@@ -136,13 +131,8 @@ def read(environ: Mapping[str, str]) -> Task:
     return task
 
 
-def check_rivals(
-    task: Task,
-    environ: Mapping[str, str],
-    options: Options,
-    ephemeral: tuple[int, int] | None,
-    rivals: Rivals,
-) -> None:
+def check_rivals(task: Task, environ: Mapping[str, str], options: Options,
+                 ephemeral: tuple[int, int] | None, rivals: Rivals) -> None:
     """Rank 0 of a launch with a ``launch_key``: each process of another launch on this node
     (``rivals.find``, or the ``rivals`` given) goes through this same pipeline, without
     evidence or rivals of its own; a rank 0 with our MASTER_PORT refuses ours
@@ -168,13 +158,8 @@ def check_rivals(
 
 
 # -- derive: Task -> Resolution ---------------------------------------------------------------
-def derive(
-    task: Task,
-    environ: Mapping[str, str],
-    options: Options,
-    ephemeral: tuple[int, int] | None,
-    cpus: int | None = None,
-) -> Resolution:
+def derive(task: Task, environ: Mapping[str, str], options: Options,
+           ephemeral: tuple[int, int] | None, cpus: int | None = None) -> Resolution:
     """The Resolution of ``task``: address, ports, inherited checks and bindings added."""
     environ, stale_note = without_stale(environ)  # resolve() did it before reading
     notes = [*task.notes, *([stale_note] if stale_note else [])]
@@ -285,9 +270,8 @@ def _apply_template(host: str, options: Options, environ: Mapping[str, str] | No
     return made
 
 
-def address(
-    task: Task, options: Options, environ: Mapping[str, str] | None = None
-) -> tuple[str, str]:
+def address(task: Task, options: Options, environ: Mapping[str, str] | None = None ) -> tuple[str,
+            str]:
     """``MASTER_ADDR`` and the sentence saying where it comes from."""
     if "MASTER_ADDR" in task.fixed:
         fixed = check_host("MASTER_ADDR", task.fixed["MASTER_ADDR"], f"set MASTER_ADDR to "
@@ -325,12 +309,8 @@ def address(
     return master_addr, source
 
 
-def port_plan(
-    task: Task,
-    environ: Mapping[str, str],
-    options: Options,
-    ephemeral: tuple[int, int] | None,
-) -> ports.Ports:
+def port_plan(task: Task, environ: Mapping[str, str], options: Options,
+              ephemeral: tuple[int, int] | None) -> ports.Ports:
     """``MASTER_PORT`` and the TensorFlow ports by local rank, in the order of precedence
     (the rules of each step are ports.py's)."""
     if "MASTER_PORT" in task.fixed:

@@ -164,9 +164,8 @@ def block_ports(job_id: int, step_id: int, port_range: tuple[int, int], tasks_he
     return Ports(base + offset, tf, source)
 
 
-def launch_ports(
-    job_id: int, launch_id: int, port_range: tuple[int, int], tasks_here: int = 0
-) -> Ports:
+def launch_ports(job_id: int, launch_id: int, port_range: tuple[int, int],
+                 tasks_here: int = 0 ) -> Ports:
     """A launch of job ``job_id`` that is not one of its Slurm steps and whose ID is not a small
     sequential number (an Open MPI ``mpirun``, a PBS PALS ``mpiexec``, a Flux job):
     ``MASTER_PORT`` is port ``launch_id mod (R - W)`` of the range without the job's own block
@@ -201,9 +200,8 @@ def ephemeral_range(path: str = EPHEMERAL_FILE) -> tuple[int, int] | None:
         return None
 
 
-def check_range_outside(
-    port_range: tuple[int, int], ephemeral: tuple[int, int] | None, variable: str
-) -> None:
+def check_range_outside(port_range: tuple[int, int], ephemeral: tuple[int, int] | None,
+                        variable: str ) -> None:
     """Refuse a formula range that overlaps the ephemeral range, whatever the job ID: a port
     inside it may be taken by any outgoing connection, and the job IDs that land there vary."""
     lo, hi = port_range
@@ -223,13 +221,8 @@ def in_ephemeral(port: int, ephemeral: tuple[int, int] | None) -> bool:
     return ephemeral is not None and ephemeral[0] <= port <= ephemeral[1]
 
 
-def check_outside(
-    port: int,
-    ephemeral: tuple[int, int] | None,
-    what: str,
-    plan: Ports | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> None:
+def check_outside(port: int, ephemeral: tuple[int, int] | None, what: str,
+                  plan: Ports | None = None, environ: Mapping[str, str] | None = None) -> None:
     """Refuse a port inside the ephemeral range: an outgoing connection may take it any time.
 
     With ``plan``, the error names where the port came from (an explicit port, Slurm's

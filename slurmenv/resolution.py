@@ -266,13 +266,8 @@ class Resolution:
                 ) from None
         return out
 
-    def apply(
-        self,
-        environ: os._Environ[str] | dict[str, str] | None = None,
-        *,
-        overwrite: bool = False,
-        for_: str = "all",
-    ) -> dict[str, str]:
+    def apply(self, environ: os._Environ[str] | dict[str, str] | None = None, *,
+              overwrite: bool = False, for_: str = "all") -> dict[str, str]:
         """Set the variables of ``env(for_)`` in ``environ`` (default ``os.environ``); return
         what was set.
 

@@ -67,9 +67,7 @@ def _netns(proc: str, pid: str) -> tuple[int, int] | None:
 _KERNEL_THREAD = 0x00200000
 
 
-def _environ(
-    proc: str, pid: str, wait: Callable[[float], None] = time.sleep
-) -> bytes | None:
+def _environ(proc: str, pid: str, wait: Callable[[float], None] = time.sleep ) -> bytes | None:
     """``/proc/<pid>/environ``, None when unreadable (gone, another user's).
 
     A process in the middle of an ``execve`` shows an empty environment for a moment (its new
@@ -109,9 +107,8 @@ def _owner(proc: str, pid: str) -> int | None:
         return None
 
 
-def find(
-    variable: str, value: str, proc: str = "/proc", uid: int | None = None
-) -> list[tuple[int | None, dict[str, str]]]:
+def find(variable: str, value: str, proc: str = "/proc",
+         uid: int | None = None ) -> list[tuple[int | None, dict[str, str]]]:
     """``(pid, environment)`` of every process of this user (``uid``, default ours, root
     included: never another user's) in this network namespace whose environment sets
     ``variable`` to another value than ``value`` (this launch's own processes set it to
@@ -160,9 +157,8 @@ def command_line(options: Options, environ: Mapping[str, str]) -> dict[str, obje
     }
 
 
-def other_launches(
-    launch_key: tuple[str, str], found: Iterable[tuple[int | None, Mapping[str, str]]]
-) -> Iterator[tuple[int | None, Mapping[str, str], str]]:
+def other_launches(launch_key: tuple[str, str],
+                   found: Iterable[tuple[int | None, Mapping[str, str]]] ) -> Iterator[tuple[int | None, Mapping[str, str], str]]:
     """``(pid, environment, its launch ID)`` of each process of ``found`` that names another
     launch of the same kind (``launch_key``'s variable set to another value): the candidates
     ``pipeline.check_rivals`` resolves."""
@@ -173,14 +169,8 @@ def other_launches(
             yield pid, env, other_key
 
 
-def refuse_same_port(
-    launch_key: tuple[str, str],
-    environ: Mapping[str, str],
-    plan: Ports,
-    pid: int | None,
-    other_key: str,
-    other: Resolution,
-) -> None:
+def refuse_same_port(launch_key: tuple[str, str], environ: Mapping[str, str], plan: Ports,
+                     pid: int | None, other_key: str, other: Resolution) -> None:
     """Refuse our rank 0 (whose ports are ``plan``) when ``other``, the resolution of process
     ``pid`` of launch ``other_key``, is a rank 0 with the same MASTER_PORT (module docstring)."""
     if other.rank != 0 or other.master_port != plan.master:

@@ -94,9 +94,8 @@ def jobs_from(jobs: str | None, environ: Mapping[str, str]) -> str:
         return "--tf-jobs"
 
 
-def roles(
-    world_size: int, chief: bool = False, jobs: str | None = None, variable: str = JOBS_VARIABLE
-) -> list[tuple[str, int]]:
+def roles(world_size: int, chief: bool = False, jobs: str | None = None,
+          variable: str = JOBS_VARIABLE ) -> list[tuple[str, int]]:
     """``(task type, index)`` of every rank: with ``jobs`` (``--tf-jobs``), consecutive
     slices of the ranks in :data:`JOB_NAMES` order; else ``worker`` r, or, with ``chief``
     (``--tf-chief``), rank 0 the ``chief`` and the others worker 0..n-2.
@@ -131,10 +130,8 @@ def roles(
     return [(name, index) for name, count in parsed for index in range(count)]
 
 
-def build(
-    workers: Sequence[str], rank: int, chief: bool = False, jobs: str | None = None,
-    variable: str = JOBS_VARIABLE,
-) -> dict[str, Any]:
+def build(workers: Sequence[str], rank: int, chief: bool = False, jobs: str | None = None,
+          variable: str = JOBS_VARIABLE) -> dict[str, Any]:
     """``{"cluster": {"worker": [...]}, "task": {"type": "worker", "index": rank}}``.
 
     ``workers[r]`` is ``host:port`` of rank ``r``. With ``chief``, rank 0 becomes the single

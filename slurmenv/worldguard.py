@@ -61,9 +61,7 @@ FIX = (
 )
 
 
-def check(
-    environ: Mapping[str, str], task: Task, chosen: ModuleType, forced: str | None
-) -> None:
+def check(environ: Mapping[str, str], task: Task, chosen: ModuleType, forced: str | None ) -> None:
     """Refuse ``task`` (read by ``chosen``) unless every detecting launcher's facts agree with
     it and, when a launcher was chosen (``forced``: its registry name), the detected launcher
     reads the same world (module docstring)."""
@@ -91,10 +89,8 @@ def _told(task: Task, field: str) -> str:
     return f"{output}={getattr(task, field)} ({task.sources.get(output, task.launcher)})"
 
 
-def _disagree(
-    task: Task, chosen: ModuleType, field: str, other: ModuleType, variable: str, text: str,
-    forced: str | None,
-) -> SlurmEnvError:
+def _disagree(task: Task, chosen: ModuleType, field: str, other: ModuleType, variable: str,
+              text: str, forced: str | None) -> SlurmEnvError:
     who = "its own variable" if other is chosen else \
         f"the {other.NAME} launcher detects this task too"
     how = ", chosen with --launcher or SLURMENV_LAUNCHER," if forced is not None else ""
@@ -134,9 +130,8 @@ def _refused_choice(name: str, but: str, detected: ModuleType, after: str, varia
         f"slurmenv detects {detected.NAME}{after}", variable=variable, value=value, fix=fix)
 
 
-def _check_detected(
-    environ: Mapping[str, str], task: Task, chosen: ModuleType, forced: str
-) -> None:
+def _check_detected(environ: Mapping[str, str], task: Task, chosen: ModuleType,
+                    forced: str ) -> None:
     """The launcher detected without the choice reads the same world as the chosen one."""
     detected = launchers.detect(environ)
     if detected is chosen:
