@@ -37,8 +37,7 @@ VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL
 NO_DEVICES = ("", "NoDevFiles")
 REQUEST_FIX = (
     "give every task at least one GPU (srun --gres=gpu:N with N >= tasks per node, or "
-    "--gpus-per-task=1), run fewer tasks per node, or drop --bind-gpus / SLURMENV_BIND_GPUS"
-)
+    "--gpus-per-task=1), run fewer tasks per node, or drop --bind-gpus / SLURMENV_BIND_GPUS")
 
 
 class Binding(NamedTuple):
@@ -70,13 +69,11 @@ def parse_list(value: str, variable: str) -> list[str]:
     if any(not item for item in items):
         raise SlurmEnvError(
             f"{variable} has an empty entry", variable=variable, value=value,
-            fix=f"{variable} must be a comma-separated list of GPU indices or UUIDs",
-        )
+            fix=f"{variable} must be a comma-separated list of GPU indices or UUIDs")
     if len(set(items)) != len(items):
         raise SlurmEnvError(
             f"{variable} lists a GPU twice", variable=variable, value=value,
-            fix=f"list each GPU once in {variable}",
-        )
+            fix=f"list each GPU once in {variable}")
     return items
 
 
@@ -108,8 +105,7 @@ def for_local_rank(visible: Sequence[str], local_rank: int, local_world_size: in
         raise SlurmEnvError(
             f"{local_world_size} tasks on this node share {len(visible)} GPU(s): each task "
             "needs at least one",
-            variable=variable, value=",".join(visible), fix=REQUEST_FIX,
-        )
+            variable=variable, value=",".join(visible), fix=REQUEST_FIX)
     return list(visible[local_rank * count : (local_rank + 1) * count])
 
 
@@ -144,8 +140,7 @@ def bound_by_slurm(environ: Mapping[str, str], name: str, count: int) -> str | N
     if on_node is not None and count < on_node:
         return (
             f"{name} has {count} of the step's SLURM_GPUS_ON_NODE={on_node} GPUs on "
-            "this node: Slurm (or an earlier binding) already gave this task its own"
-        )
+            "this node: Slurm (or an earlier binding) already gave this task its own")
     tres = environ.get("SLURMD_TRES_BIND", "")
     if "per_task" in tres:
         return f"SLURMD_TRES_BIND={tres}: Slurm gives each task its own GPUs"
@@ -189,8 +184,7 @@ def plan(environ: Mapping[str, str], local_rank: int, local_world_size: int,
                 f"{var} lists {len(items)} GPUs but {name} lists {len(first)}: the lists "
                 "disagree, so no share can be chosen",
                 variable=var, value=present[var],
-                fix=f"set {var} and {name} to the same devices, or unset the one set by hand",
-            )
+                fix=f"set {var} and {name} to the same devices, or unset the one set by hand")
     why = bound_by_slurm(environ, name, len(first))
     if why is not None:
         return Binding({}, tuple(first), f"{name}={value} ({why}; left alone)",
@@ -206,12 +200,10 @@ def plan(environ: Mapping[str, str], local_rank: int, local_world_size: int,
     if unused:
         notes.append(
             f"GPU binding: {len(first)} GPUs do not divide among {local_world_size} tasks; "
-            f"{','.join(first[-unused:])} left unused (each task gets {len(share)})"
-        )
+            f"{','.join(first[-unused:])} left unused (each task gets {len(share)})")
     source = (
         f"share {local_rank + 1} of {local_world_size} (LOCAL_RANK={local_rank}) of "
-        f"{name}={value}, shared by the tasks of this node"
-    )
+        f"{name}={value}, shared by the tasks of this node")
     return Binding(env, tuple(share), source, tuple(notes))
 
 
@@ -220,14 +212,12 @@ def _no_list(environ: Mapping[str, str], local_world_size: int, bind: bool) -> B
     if bind and local_world_size > 1:
         detail = (
             f" although the step has SLURM_GPUS_ON_NODE={on_node} (srun --gpu-bind=none?)"
-            if on_node else ""
-        )
+            if on_node else "")
         raise SlurmEnvError(
             f"cannot bind GPUs: {local_world_size} tasks on this node but no GPU list "
             f"(CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES, ... are unset){detail}",
             variable="CUDA_VISIBLE_DEVICES", value=None,
             fix="request GPUs for the step (srun --gres=gpu:N or --gpus-per-node=N), or drop "
-            "--bind-gpus / SLURMENV_BIND_GPUS for a step without GPUs",
-        )
+            "--bind-gpus / SLURMENV_BIND_GPUS for a step without GPUs")
     return Binding({}, None, "no GPU list set (CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES, ... "
                    "unset): the environment restricts nothing")

@@ -118,8 +118,7 @@ class NodeList:
             f"{self.variable} is not a valid Slurm node list{detail}",
             variable=self.variable,
             value=self.text,
-            fix=LIST_FIX,
-        )
+            fix=LIST_FIX)
 
     def _expand(self, part: str) -> list[str]:
         """One part's names, checked."""
@@ -167,8 +166,7 @@ def step_nodes(text: str, count: int) -> NodeList:
             f"SLURM_STEP_NODELIST names {len(listed)} nodes but SLURM_STEP_NUM_NODES={count}",
             variable="SLURM_STEP_NODELIST",
             value=text,
-            fix="these come from the same step; do not set them by hand or mix in job values",
-        )
+            fix="these come from the same step; do not set them by hand or mix in job values")
     seen = set(listed.names())
     if len(seen) != len(listed):
         raise SlurmEnvError(
@@ -176,8 +174,7 @@ def step_nodes(text: str, count: int) -> NodeList:
             "(Slurm lists each node of a step once)",
             variable="SLURM_STEP_NODELIST",
             value=text,
-            fix="these come from Slurm; do not set them by hand",
-        )
+            fix="these come from Slurm; do not set them by hand")
     return listed
 
 
@@ -211,8 +208,7 @@ def parse_tasks_per_node(text: str, variable: str, most: int = MAX_NODES) -> lis
                 f"{variable} is not a valid Slurm task count list",
                 variable=variable,
                 value=text,
-                fix="it must look like '2(x3),1': positive counts, '(xN)' repeats a count N times",
-            )
+                fix="it must look like '2(x3),1': positive counts, '(xN)' repeats a count N times")
         times = int(repeat_text)
         if len(counts) + times > most and most < MAX_NODES:
             # more nodes than the caller's step has: the caller refuses the length, naming
@@ -224,7 +220,6 @@ def parse_tasks_per_node(text: str, variable: str, most: int = MAX_NODES) -> lis
                 f"{variable} lists more than {MAX_NODES} nodes",
                 variable=variable,
                 value=text,
-                fix=f"slurmenv handles steps of up to {MAX_NODES} nodes",
-            )
+                fix=f"slurmenv handles steps of up to {MAX_NODES} nodes")
         counts.extend(repeat(int(count), times))
     return counts

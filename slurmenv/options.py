@@ -142,27 +142,23 @@ def _launcher(name: str, variable: str) -> str:
 PORT = Kind(
     "port", parse_port, "int", PORT_FIX,  # a TCP port 1024-65535
     valid=[("12345", 12345), ("23456", 23456)],
-    invalid=["80", "http", "70000", " 23456", "023456", "23456\n", "+23456"],
-)
+    invalid=["80", "http", "70000", " 23456", "023456", "23456\n", "+23456"])
 RANGE = Kind(
     "range", parse_range, "tuple[int, int]", RANGE_FIX,  # LO-HI
     keyword="tuple[int, int] | str | None",
     valid=[("20000-30000", (20000, 30000)), ("11000-31000", (11000, 31000))],
-    invalid=["1-2", "20000", "30000-20000"],
-)
+    invalid=["1-2", "20000", "30000-20000"])
 TEMPLATE = Kind(
     "template", _template, "str",  # a host name template with {host}
     "write it like '{host}-ib' or '{host}i.fabric'",
     valid=[("{host}-ib", "{host}-ib"), ("{host}.ib", "{host}.ib")],
     invalid=["{host.upper}", "node-ib", "{host}{host:x}", "{other}", "{host}\n", "{host}\x00",
-             "{host} x", "{host};id", "{host}..ib", "{host}." + "x" * 64, "{host}" + "x" * 300],
-)
+             "{host} x", "{host};id", "{host}..ib", "{host}." + "x" * 64, "{host}" + "x" * 300])
 ADDRESS = Kind(
     "address", _address, "str",  # a host name or IP address
     "give the name or IP address of rank 0's node, e.g. 'node017' or '10.1.2.17'",
     valid=[("10.1.2.17", "10.1.2.17"), ("n7", "n7"), ("fd00::7", "fd00::7")],
-    invalid=["two words", " ", " n7 ", "a;b", "$HOME", "*", "a..b", "x" * 64],
-)
+    invalid=["two words", " ", " n7 ", "a;b", "$HOME", "*", "a..b", "x" * 64])
 def _jobs(text: str, variable: str) -> str:
     """TensorFlow job roles, ``chief=1,ps=2,worker=4`` (read by slurmenv.tfconfig, imported
     only when the option is given)."""
@@ -178,19 +174,16 @@ JOBS = Kind(
     "workers (ParameterServerStrategy)",
     valid=[("chief=1,ps=2,worker=4", "chief=1,ps=2,worker=4"),
            ("worker=3, chief=1", "chief=1,worker=3")],
-    invalid=["boss=1", "worker=0", "chief=2,worker=1", "ps=1,worker=2", "worker", "worker=1,"],
-)
+    invalid=["boss=1", "worker=0", "chief=2,worker=1", "ps=1,worker=2", "worker", "worker=1,"])
 FLAG = Kind(  # --NAME turns it on, --no-NAME (if it has one) off
     "flag", _flag, "bool", "use 1 or 0",
     valid=[("yes", True), ("no", False), ("ON", True), ("0", False)],
-    invalid=["maybe", "2"],
-)
+    invalid=["maybe", "2"])
 LAUNCHER = Kind(
     "launcher", _launcher, "str",  # a name of launchers.REGISTRY
     f"use one of {', '.join(REGISTRY)} (docs/launchers.md), or unset it to let slurmenv detect "
     "the launcher",
-    valid=[("slurm", "slurm"), (" openmpi ", "openmpi")], invalid=["nosuch", "Slurm", "base"],
-)
+    valid=[("slurm", "slurm"), (" openmpi ", "openmpi")], invalid=["nosuch", "Slurm", "base"])
 parse_flag = FLAG.parse
 check_template = TEMPLATE.parse
 check_address = ADDRESS.parse
@@ -247,59 +240,49 @@ class Options(NamedTuple):
 
     port: int | None = option(
         "SLURMENV_PORT", "--port", PORT, None, "force MASTER_PORT (an inherited MASTER_PORT "
-        "is also taken as given)", metavar="PORT", torchrun=True,
-    )
+        "is also taken as given)", metavar="PORT", torchrun=True)
     port_range: tuple[int, int] = option(
         "SLURMENV_PORT_RANGE", "--port-range", RANGE, DEFAULT_RANGE,
-        "range for the job/step port formula", metavar="LO-HI", torchrun=True,
-    )
+        "range for the job/step port formula", metavar="LO-HI", torchrun=True)
     addr_template: str | None = option(
         "SLURMENV_ADDR_TEMPLATE", "--addr-template", TEMPLATE, None,
         "address names on a fast network, e.g. '{host}-ib'; for MASTER_ADDR and the TF_CONFIG "
-        "workers", metavar="TEMPLATE", torchrun=True,
-    )
+        "workers", metavar="TEMPLATE", torchrun=True)
     resolve_addr: bool = option(
         "SLURMENV_RESOLVE_ADDR", "--resolve-addr", FLAG, False,
         "turn MASTER_ADDR into an IPv4 address (one DNS lookup per task: the only option that "
         "touches DNS)",
-        torchrun=True,
-    )
+        torchrun=True)
     tf_chief: bool = option(
         "SLURMENV_TF_CHIEF", "--tf-chief", FLAG, False,
-        "make rank 0 TensorFlow's chief, the others worker 0...n-2",
-    )
+        "make rank 0 TensorFlow's chief, the others worker 0...n-2")
     bind_gpus: bool = option(
         "SLURMENV_BIND_GPUS", "--bind-gpus", FLAG, False,
         "give each task of a node its share of the GPUs the node's tasks share, e.g. "
         "CUDA_VISIBLE_DEVICES=4,5,6,7 and 2 tasks: 4,5 and 6,7 (see slurmenv.gpus)",
-        negative="leave GPU lists alone",
-    )
+        negative="leave GPU lists alone")
     threads: bool = option(
         "SLURMENV_THREADS", "--threads", FLAG, True,
         "set OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS when unset, from "
         "SLURM_CPUS_PER_TASK or the task's CPU affinity (see slurmenv.threads)",
-        negative="do not set thread counts",
-    )
+        negative="do not set thread counts")
     # New fields go last: Options is a tuple, and resolve()'s keywords follow this order.
     master_addr: str | None = option(
         "SLURMENV_MASTER_ADDR", "--master-addr", ADDRESS, None,
         "address of rank 0's node, for launchers that cannot tell it (MPI with custom "
-        "mappings); wins over the launcher's host", metavar="ADDR", torchrun=True,
-    )
+        "mappings); wins over the launcher's host", metavar="ADDR", torchrun=True)
     tf_jobs: str | None = option(
         "SLURMENV_TF_JOBS", "--tf-jobs", JOBS, None,
         "TensorFlow job roles for TF_CONFIG, e.g. chief=1,ps=2,worker=4 (ParameterServerStrategy): "
         "ranks go to the jobs in slices in the order chief, evaluator, ps, worker, as "
         "TensorFlow's SlurmClusterResolver does; the evaluator stays out of the cluster",
-        metavar="JOB=N,...",
-    )
+        metavar="JOB=N,...")
     launcher: str | None = option(
         "SLURMENV_LAUNCHER", "--launcher", LAUNCHER, None,
         "read the task with this launcher instead of detecting it (a name of the registry's, "
         "docs/launchers.md), among readings that agree: refused when that launcher does not "
         "detect the task or when another source of the world contradicts it",
-        metavar="NAME",
-    )
+        metavar="NAME")
 
 
 if len(_ROWS) != len(Options._fields):  # pragma: no cover - a field without option()
@@ -443,8 +426,7 @@ def names() -> frozenset[str]:
     """Every name an option is known by: variables and flags (doctor sorts errors with it)."""
     return frozenset(
         name for row in TABLE
-        for name in (row.variable, row.flag, *((negative_flag(row),) if row.negative else ()))
-    )
+        for name in (row.variable, row.flag, *((negative_flag(row),) if row.negative else ())))
 
 
 def given_in(args: object) -> dict[str, Any]:
@@ -462,8 +444,7 @@ FOR_VARIABLE = "SLURMENV_FOR"
 OUTPUT_SETS = ("all", "tf", "torch", "torchrun")
 FOR_HELP = (
     "which variables: torch (RANK, ..., MASTER_PORT), tf (TF_CONFIG), all (default: torch and "
-    "tf) or torchrun (PET_NNODES, ...: options of one plain torchrun per node)"
-)
+    "tf) or torchrun (PET_NNODES, ...: options of one plain torchrun per node)")
 #: ``--for``, which every resolving command takes (``commandline.add_resolution_options``) and
 #: export/exec's parser without argparse reads (``cli.command_args``).
 FOR: Arg = ("--for", {"dest": "for_", "default": None, "choices": OUTPUT_SETS,
@@ -480,6 +461,5 @@ def outputs(environ: Mapping[str, str], given: str | None = None) -> str:
     if text not in OUTPUT_SETS:
         raise SlurmEnvError(
             f"{FOR_VARIABLE} is not a set of outputs", variable=FOR_VARIABLE, value=text,
-            fix=f"use one of {', '.join(OUTPUT_SETS)} (what --for takes), or unset it for all",
-        )
+            fix=f"use one of {', '.join(OUTPUT_SETS)} (what --for takes), or unset it for all")
     return text

@@ -64,14 +64,12 @@ RANK_LIKE = tuple(RANK_FIELDS)
 CARRIED = (
     "launcher", "rank", "local_rank", "world_size", "local_world_size", "node_rank", "nnodes",
     "hostname", "topology", "job_id", "step_id", "fixed", "origin", "origin_fix", "label",
-    "in_worker", "unknown",
-)
+    "in_worker", "unknown",)
 #: The other Task fields: what derive turns into the address, the ports, the sources, the notes
 #: and the bindings (tests/test_registry.py: every Task field is in exactly one of the two).
 CONSUMED = (
     "sources", "notes", "master_host", "master_source", "port_seed", "port_seed_source",
-    "reserved_ports", "own_bindings", "free_port", "launch_key",
-)
+    "reserved_ports", "own_bindings", "free_port", "launch_key",)
 #: slurmenv's task prolog's marker (``worldguard.py``, where it is applied before reading).
 SET_BY = worldguard.SET_BY
 EXPLICIT_ADDR_SOURCE = "given address (--master-addr or SLURMENV_MASTER_ADDR)"
@@ -85,8 +83,7 @@ SCRUBBED_FIX = (
     "keep the Slurm variables where slurmenv runs (apptainer exec without --cleanenv/"
     "--containall, no env -i), or evaluate slurmenv before scrubbing and pass its variables in: "
     "srun bash -c 'eval $(slurmenv export); apptainer exec --cleanenv --env RANK=$RANK,... "
-    "IMAGE python train.py' (or APPTAINERENV_* variables)"
-)
+    "IMAGE python train.py' (or APPTAINERENV_* variables)")
 
 
 def resolve(environ: Mapping[str, str], options: Options, ephemeral: tuple[int, int] | None,
@@ -112,8 +109,7 @@ def resolve(environ: Mapping[str, str], options: Options, ephemeral: tuple[int, 
                 "no Slurm (or other launcher) variable is set, yet this process runs inside a "
                 f"Slurm job step: {step_evidence}. The environment was scrubbed (a container's "
                 "--cleanenv, env -i): as a single process, every task would train alone",
-                variable="SLURM_JOB_ID", value=None, fix=SCRUBBED_FIX,
-            )
+                variable="SLURM_JOB_ID", value=None, fix=SCRUBBED_FIX)
     if stale_note:
         task = task._replace(notes=(*task.notes, stale_note))
     res = derive(task, environ, options, ephemeral, cpus)
@@ -170,8 +166,7 @@ def derive(task: Task, environ: Mapping[str, str], options: Options,
         addr_source += f"; replaces the inherited MASTER_ADDR={inherited_addr}"
         notes.append(
             f"MASTER_ADDR={inherited_addr} was already set (inherited); replaced by this task's "
-            f"{master_addr}: MASTER_ADDR describes the step"
-        )
+            f"{master_addr}: MASTER_ADDR describes the step")
     plan = port_plan(task, environ, options, ephemeral)
     topology = task.topology
     topology.use(plan, address_of(options, environ), ephemeral)
@@ -190,19 +185,16 @@ def derive(task: Task, environ: Mapping[str, str], options: Options,
                 sources["TF_CONFIG"] = f"{tf_source}; replaces the inherited TF_CONFIG"
             notes.append(
                 "TF_CONFIG was already set (inherited); slurmenv's replaces it where exported: "
-                "TF_CONFIG describes the step"
-            )
+                "TF_CONFIG describes the step")
     bindings, gpus, gpu_source, binding_sources, binding_notes = _bindings(
-        task, environ, options, cpus
-    )
+        task, environ, options, cpus)
     sources.update(binding_sources)
     notes.extend(binding_notes)
     return Resolution(
         **carried(task), master_addr=master_addr, master_port=plan.master, sources=sources,
         notes=notes, tf_chief=options.tf_chief, tf_jobs=options.tf_jobs, tf_config=tf_config,
         tf_jobs_from=tfconfig.jobs_from(options.tf_jobs, environ),
-        bindings=bindings, gpus=gpus, gpu_source=gpu_source,
-    )
+        bindings=bindings, gpus=gpus, gpu_source=gpu_source)
 
 
 def carried(task: Task) -> dict[str, Any]:
@@ -223,8 +215,7 @@ def check_inherited(task: Task, environ: Mapping[str, str]) -> list[str]:
                 f"{name}={inherited} is already set, and this task's own value cannot be known "
                 f"here ({task.sources.get(name, task.launcher)}), so it cannot be checked or "
                 "replaced", variable=name, value=inherited,
-                fix=f"unset {name} before starting the tasks and let slurmenv set the others",
-            )
+                fix=f"unset {name} before starting the tasks and let slurmenv set the others")
         mine = getattr(task, RANK_FIELDS[name])
         if inherited != str(mine):
             raise SlurmEnvError(
@@ -234,8 +225,7 @@ def check_inherited(task: Task, environ: Mapping[str, str]) -> list[str]:
                 variable=name,
                 value=inherited,
                 fix=f"unset {name} before starting the tasks (in a batch script: unset it before "
-                "srun, or use srun --export=NONE) and let slurmenv set it in each task",
-            )
+                "srun, or use srun --export=NONE) and let slurmenv set it in each task")
         notes.append(f"{name}={inherited} was already set and agrees")
     return notes
 
@@ -265,8 +255,7 @@ def _apply_template(host: str, options: Options, environ: Mapping[str, str] | No
         variable = given_as("addr_template", environ)
         check_host(
             variable, made, f"fix {variable} or the node name {host!r}: the result must be "
-            f"{HOST_RULE}", what=f"the address {variable} makes of node {host!r},",
-        )
+            f"{HOST_RULE}", what=f"the address {variable} makes of node {host!r},")
     return made
 
 
@@ -284,8 +273,7 @@ def address(task: Task, options: Options, environ: Mapping[str, str] | None = No
     if task.master_host is None:
         raise SlurmEnvError(
             f"the address of rank 0 cannot be known here: {task.master_source}",
-            variable="MASTER_ADDR", value=None, fix=ADDR_FIX,
-        )
+            variable="MASTER_ADDR", value=None, fix=ADDR_FIX)
     if not options.addr_template:
         check_host("MASTER_ADDR", task.master_host, ADDR_FIX + ", or fix the node name",
                    what=f"rank 0's node name (from the {task.launcher} launcher's variables)")
@@ -303,8 +291,7 @@ def address(task: Task, options: Options, environ: Mapping[str, str] | None = No
                 f"cannot resolve the master node's name {master_addr!r} ({exc})",
                 variable=given_as("resolve_addr", environ),
                 value=(environ or {}).get("SLURMENV_RESOLVE_ADDR") or "given",
-                fix="drop the resolve option to pass the name, or fix the name/template",
-            ) from None
+                fix="drop the resolve option to pass the name, or fix the name/template") from None
         source += ", resolved by DNS"
     return master_addr, source
 
@@ -317,8 +304,7 @@ def port_plan(task: Task, environ: Mapping[str, str], options: Options,
         text = task.fixed["MASTER_PORT"]
         master = parse_int("MASTER_PORT", text, minimum=1)
         return ports.Ports(
-            master, [], task.sources.get("MASTER_PORT", f"MASTER_PORT={text}"), "MASTER_PORT"
-        )
+            master, [], task.sources.get("MASTER_PORT", f"MASTER_PORT={text}"), "MASTER_PORT")
     per_node = task.topology.largest_local() or task.local_world_size
     explicit: tuple[int, str, str] | None = None
     if options.port is not None:
@@ -340,8 +326,7 @@ def port_plan(task: Task, environ: Mapping[str, str], options: Options,
     else:
         raise SlurmEnvError(
             f"MASTER_PORT cannot be derived: {task.port_seed_source}",
-            variable="MASTER_PORT", value=None, fix=ports.GIVE_PORT_FIX,
-        )
+            variable="MASTER_PORT", value=None, fix=ports.GIVE_PORT_FIX)
     ports.check_outside(plan.master, ephemeral, "MASTER_PORT", plan, environ)
     return plan
 
@@ -364,8 +349,7 @@ def _bindings(
     if not task.own_bindings:
         note = (
             "GPU lists and thread counts left alone: the Slurm CPU/GPU variables here describe "
-            f"another process, not this {task.launcher} rank"
-        )
+            f"another process, not this {task.launcher} rank")
         return {}, None, "", {}, [note]
     from . import gpus, threads
 

@@ -84,8 +84,7 @@ def parse_range(text: str, variable: str) -> tuple[int, int]:
             f"port range {lo}-{hi} is outside {PORTS_TEXT} or smaller than {2 * JOB_SLOTS} ports",
             variable=variable,
             value=text,
-            fix=RANGE_FIX,
-        )
+            fix=RANGE_FIX)
     return lo, hi
 
 
@@ -96,8 +95,7 @@ def parse_port(text: str, variable: str) -> int:
             "not a usable TCP port",
             variable=variable,
             value=text,
-            fix=PORT_FIX,
-        )
+            fix=PORT_FIX)
     return int(text)
 
 
@@ -118,8 +116,7 @@ def parse_port_list(text: str, variable: str, limit: int | None = None) -> list[
                 variable=variable,
                 value=text,
                 fix=f"it must look like '12000-12003' or '12000,12005' (ports {PORTS_TEXT}, "
-                "low-high ranges)",
-            )
+                "low-high ranges)")
         ranges.append((int(lo), int(hi or lo)))
     ordered = sorted(ranges)
     for (_, end), (start, _) in zip(ordered, ordered[1:]):
@@ -129,8 +126,7 @@ def parse_port_list(text: str, variable: str, limit: int | None = None) -> list[
                 variable=variable,
                 value=text,
                 fix="each port may be listed once: Slurm never reserves a port twice; give the "
-                "list Slurm wrote, or one port with --port",
-            )
+                "list Slurm wrote, or one port with --port")
     ports: list[int] = []
     for lo_port, hi_port in ranges:
         if limit is not None and len(ports) >= limit:
@@ -159,8 +155,7 @@ def block_ports(job_id: int, step_id: int, port_range: tuple[int, int], tasks_he
     tf = [base + (offset + 1 + k) % width for k in range(min(tasks_here, width - 1))]
     source = (
         f"port range {lo}-{hi}: job block {job_id} % {JOB_SLOTS} = {job_id % JOB_SLOTS} of "
-        f"{width} ports starting at {base}, step {step_id} -> offset {offset}"
-    )
+        f"{width} ports starting at {base}, step {step_id} -> offset {offset}")
     return Ports(base + offset, tf, source)
 
 
@@ -185,8 +180,7 @@ def launch_ports(job_id: int, launch_id: int, port_range: tuple[int, int],
     tf = [port((index + 1 + k) % span) for k in range(min(tasks_here, span - 1))]
     source = (
         f"port range {lo}-{hi} without job {job_id}'s own block {own}-{own + width - 1} "
-        f"({span} ports): launch {launch_id} % {span} = {index}"
-    )
+        f"({span} ports): launch {launch_id} % {span} = {index}")
     return Ports(port(index), tf, source)
 
 
@@ -212,8 +206,7 @@ def check_range_outside(port_range: tuple[int, int], ephemeral: tuple[int, int] 
             variable=variable,
             value=f"{lo}-{hi}",
             fix="choose a range below the ephemeral range with SLURMENV_PORT_RANGE or "
-            f"--port-range (or give a port with --port, or reserve ports with {resv_ports()})",
-        )
+            f"--port-range (or give a port with --port, or reserve ports with {resv_ports()})")
 
 
 def in_ephemeral(port: int, ephemeral: tuple[int, int] | None) -> bool:
@@ -269,8 +262,7 @@ def too_few_tf_ports(plan: Ports, needed: int, environ: Mapping[str, str]) -> Sl
     (every launcher whose topology builds TF_CONFIG raises this one)."""
     message = (
         f"TF_CONFIG needs {needed} ports per node but only {len(plan.tf)} are available "
-        f"({plan.source})"
-    )
+        f"({plan.source})")
     without = "or export without TF_CONFIG (--for torch)"
     reserve = needed + len(runtime_ports(environ))
     if plan.variable == "SLURM_STEP_RESV_PORTS":
@@ -298,8 +290,7 @@ def runtime_refused(port: int, why: str, taken: dict[int, str], variable: str) -
     return SlurmEnvError(
         f"{why} would make MASTER_PORT {port}, which {taken[port]} gives the MPI runtime "
         "(libpals binds it itself)", variable=variable, value=str(port),
-        fix="choose another port (--port or SLURMENV_PORT), the same in every task",
-    )
+        fix="choose another port (--port or SLURMENV_PORT), the same in every task")
 
 
 def single_process(explicit: tuple[int, str, str] | None, port_range: tuple[int, int]) -> Ports:
@@ -335,8 +326,7 @@ def reserved(variable: str, text: str, per_node: int, taken: dict[int, str]) -> 
             f"every port of {variable}={text} is the MPI runtime's own "
             f"({', '.join(sorted(set(taken.values())))})", variable=variable, value=text,
             fix=f"reserve more ports with srun --resv-ports={per_node + 1 + len(skipped)}, "
-            "or give a port with --port",
-        )
+            "or give a port with --port")
     return Ports(listed[0], listed[1:], source, variable)
 
 
@@ -374,5 +364,4 @@ def free_port(port_range: tuple[int, int], avoid: int = 0) -> int:
             return port
     raise SlurmEnvError(
         f"no free port on 127.0.0.1 in {lo}-{hi}", variable="SLURMENV_PORT_RANGE",
-        value=f"{lo}-{hi}", fix="give another range with SLURMENV_PORT_RANGE or --port-range",
-    )
+        value=f"{lo}-{hi}", fix="give another range with SLURMENV_PORT_RANGE or --port-range")

@@ -22,8 +22,7 @@ FORMATS = ("json", "dotenv")
 # -- the output sets (export --for) --------------------------------------------------------
 TORCH_NAMES = (
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
-    "NNODES", "MASTER_ADDR", "MASTER_PORT",
-)
+    "NNODES", "MASTER_ADDR", "MASTER_PORT",)
 #: Each rank-like output and the field of the Resolution (and of the launcher's Task, under
 #: the same name) that holds its value: ``GROUP_RANK`` is torchrun's name for ``NODE_RANK``.
 RANK_FIELDS = {
@@ -36,8 +35,7 @@ TF_NAMES = ("TF_CONFIG",)
 #: step (slurmenv/torchrun_command.py; not part of "all").
 PET_NAMES = (
     "PET_NNODES", "PET_NPROC_PER_NODE", "PET_RDZV_BACKEND", "PET_RDZV_ENDPOINT", "PET_RDZV_ID",
-    "PET_RDZV_CONF",
-)
+    "PET_RDZV_CONF",)
 #: Per-task settings, emitted (after the others) by "torch", "tf" and "all" only when the
 #: resolution has a value for them: GPU lists narrowed by GPU binding (gpus.py) and thread
 #: counts the user left unset (threads.py).
@@ -140,8 +138,7 @@ def csh_quote(value: str, name: str = "value") -> str:
             f"{name} contains a newline, which csh and tcsh cannot receive through eval",
             variable=name, value=value,
             fix="use another format (--shell sh, bash, zsh or fish, --format json or dotenv) "
-            "or slurmenv exec -- COMMAND",
-        )
+            "or slurmenv exec -- COMMAND")
     if all(char in _CSH_SAFE for char in value):
         return f"'{value}'"
     chunks, chunk = [], ""
@@ -166,8 +163,7 @@ def _not_an_option(text: str) -> str:
 
 def render_tcsh(values: Mapping[str, str]) -> str:
     return "".join(
-        f"setenv {name} {csh_quote(value, name)};\n" for name, value in values.items()
-    )
+        f"setenv {name} {csh_quote(value, name)};\n" for name, value in values.items())
 
 
 #: The longest ``setenv NAME WORD;`` line (without its newline) that BSD csh (Debian's ``csh``
@@ -191,8 +187,7 @@ def render_csh(values: Mapping[str, str]) -> str:
                 variable=name, value=value,
                 fix="if your csh is tcsh, use --shell tcsh; else use --shell sh (or bash, zsh, "
                 "fish) in a task of that shell, run slurmenv exec -- COMMAND, or leave TF_CONFIG "
-                "out with --for torch",
-            )
+                "out with --for torch")
     return "".join(lines)
 
 

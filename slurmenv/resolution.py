@@ -25,8 +25,7 @@ if TYPE_CHECKING:
 #: several nodes): torch's env:// does not need them.
 UNKNOWN_FIX = (
     "export only what env:// needs (slurmenv export --for torch leaves them out), or start the "
-    "tasks with srun (srun --mpi=pmi2 for MPI programs), which tells every task its node"
-)
+    "tasks with srun (srun --mpi=pmi2 for MPI programs), which tells every task its node")
 
 class Resolution:
     """What one task needs to join its distributed job (see ``slurmenv.resolve``).
@@ -98,8 +97,7 @@ class Resolution:
     def __repr__(self) -> str:
         return (
             f"Resolution(launcher={self.launcher!r}, rank={self.rank}, world_size={self.world_size}, "
-            f"local_rank={self.local_rank}, master={self.master_addr}:{self.master_port})"
-        )
+            f"local_rank={self.local_rank}, master={self.master_addr}:{self.master_port})")
 
     @property
     def node_rank(self) -> int:
@@ -133,8 +131,7 @@ class Resolution:
         if name in self.unknown:
             raise SlurmEnvError(
                 f"{name} is not known here: {self.sources.get(name, self.launcher)}",
-                variable=name, value=None, fix=UNKNOWN_FIX,
-            )
+                variable=name, value=None, fix=UNKNOWN_FIX)
 
     @property
     def is_chief(self) -> bool:
@@ -235,8 +232,7 @@ class Resolution:
         if for_ not in render.OUTPUTS:
             raise SlurmEnvError(
                 f"unknown output set {for_!r}", variable="--for", value=for_,
-                fix="use one of: " + ", ".join(render.OUTPUTS),
-            )
+                fix="use one of: " + ", ".join(render.OUTPUTS))
         if for_ == "torchrun":
             return pet_env(self)
         out: dict[str, str] = {}
@@ -308,8 +304,7 @@ class Resolution:
 ONE_PER_NODE_FIX = (
     "start one task per node, e.g. srun --ntasks-per-node=1 -n \"$SLURM_JOB_NUM_NODES\" slurmenv "
     "torchrun train.py (-n as well: in a job of several tasks per node srun takes the job's task "
-    "count): torchrun starts the node's processes itself (--nproc-per-node sets how many)"
-)
+    "count): torchrun starts the node's processes itself (--nproc-per-node sets how many)")
 
 
 def nproc_per_node(res: Resolution) -> tuple[int, str]:
@@ -329,8 +324,7 @@ def check_one_per_node(res: Resolution) -> None:
             f"already inside a launcher ({res.launcher}) that set RANK and WORLD_SIZE: "
             "torchrun would start processes inside its processes",
             variable="RANK", value=str(res.rank),
-            fix="start torchrun from the batch script's srun, not from a training process",
-        )
+            fix="start torchrun from the batch script's srun, not from a training process")
     if res.world_size != res.nnodes or res.local_world_size != 1:
         raise SlurmEnvError(
             f"torchrun needs exactly one task per node, but this step runs {res.world_size} "
@@ -338,8 +332,7 @@ def check_one_per_node(res: Resolution) -> None:
             variable="SLURM_STEP_TASKS_PER_NODE",
             # The Slurm step's own text (the step topology keeps it), e.g. "2(x2)".
             value=res.tasks_per_node,
-            fix=ONE_PER_NODE_FIX,
-        )
+            fix=ONE_PER_NODE_FIX)
 
 
 def rdzv_id(res: Resolution) -> str:

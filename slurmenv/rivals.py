@@ -44,8 +44,7 @@ from .ports import GIVEN
 OWN_PORT = (
     "give each launch that runs at the same time its own port: SLURMENV_PORT=PORT in its "
     "environment (mpirun -x SLURMENV_PORT=PORT, flux run --env=SLURMENV_PORT=PORT), a "
-    "different PORT for each"
-)
+    "different PORT for each")
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -95,8 +94,7 @@ def _may_have_environ(proc: str, pid: str) -> bool:
         return False
     fields = stat[stat.rfind(b")") + 2 :].split()  # state, ppid, ... flags is the 7th
     return len(fields) > 6 and fields[0] not in (b"Z", b"X") and not (
-        int(fields[6]) & _KERNEL_THREAD
-    )
+        int(fields[6]) & _KERNEL_THREAD)
 
 
 def _owner(proc: str, pid: str) -> int | None:
@@ -181,17 +179,14 @@ def refuse_same_port(launch_key: tuple[str, str], environ: Mapping[str, str], pl
         f"MASTER_PORT {plan.master} ({plan.source}) is also the MASTER_PORT of another live "
         f"launch whose rank 0 runs on this node: {who}, {variable}={other_key} "
         f"({other.label}); two rank-0 processes cannot both listen on it, and the ranks of "
-        f"one launch could join the other's world"
-    )
+        f"one launch could join the other's world")
     if plan.variable in GIVEN:
         raise SlurmEnvError(
             message, variable=plan.variable,
             value=environ.get(plan.variable) or str(plan.master),
-            fix=OWN_PORT,
-        )
+            fix=OWN_PORT)
     raise SlurmEnvError(
         message + f": their launch IDs {variable}={value} and {other_key} draw the same port",
         variable="MASTER_PORT", value=str(plan.master),
         fix="start this launch again (a new launch draws a new ID, so a new port), or "
-        + OWN_PORT,
-    )
+        + OWN_PORT)

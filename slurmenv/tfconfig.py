@@ -112,8 +112,7 @@ def roles(world_size: int, chief: bool = False, jobs: str | None = None,
         raise SlurmEnvError(
             "--tf-chief and --tf-jobs both say which rank is the chief", variable=variable,
             value=jobs, fix="drop --tf-chief (SLURMENV_TF_CHIEF): chief=1 in --tf-jobs makes "
-            "rank 0 the chief",
-        )
+            "rank 0 the chief")
     total = sum(count for _, count in parsed)
     if total != world_size:
         fixed = [(name, count) for name, count in parsed if name != "worker"]
@@ -125,8 +124,7 @@ def roles(world_size: int, chief: bool = False, jobs: str | None = None,
             f"the TensorFlow jobs add up to {total} tasks, but the step has {world_size}",
             variable=variable, value=jobs,
             fix=f"make the counts add up to the step's {world_size} tasks{hint}, or start "
-            f"{total} task{'s' if total != 1 else ''} (srun -n {total})",
-        )
+            f"{total} task{'s' if total != 1 else ''} (srun -n {total})")
     return [(name, index) for name, count in parsed for index in range(count)]
 
 
@@ -207,8 +205,7 @@ def _too_large(size: str, text: str | None) -> SlurmEnvError:
         variable="TF_CONFIG",
         value=text,
         fix="build the resolver in Python instead (slurmenv.tf.cluster_resolver() or "
-        "slurmenv.resolve().tf_config), or export without it: slurmenv export --for torch",
-    )
+        "slurmenv.resolve().tf_config), or export without it: slurmenv export --for torch")
 
 
 def cluster_roles(config: Mapping[str, Any]) -> list[tuple[str, int]]:

@@ -49,16 +49,13 @@ SET_BY = "SLURMENV_SET_BY"
 FORCED_FIX = (
     "unset SLURMENV_LAUNCHER (or drop --launcher): a chosen launcher picks among readings "
     "that agree and never silences one that contradicts; unset the variables that describe "
-    "another world (a stale copy, set by hand or exported in the batch script)"
-)
+    "another world (a stale copy, set by hand or exported in the batch script)")
 LAUNCHER_FIX = (
     "unset SLURMENV_LAUNCHER (or drop --launcher) to let slurmenv detect the launcher, or run "
-    "where that launcher started the task"
-)
+    "where that launcher started the task")
 FIX = (
     "unset the variables that describe another world (a stale copy, set by hand or exported "
-    "in the batch script) and resolve inside the task the launcher started"
-)
+    "in the batch script) and resolve inside the task the launcher started")
 
 
 def check(environ: Mapping[str, str], task: Task, chosen: ModuleType, forced: str | None ) -> None:
@@ -97,8 +94,7 @@ def _disagree(task: Task, chosen: ModuleType, field: str, other: ModuleType, var
     return SlurmEnvError(
         f"the {chosen.NAME} launcher{how} reads {_told(task, field)}, but {variable}={text} "
         f"({who}): two sources describe different worlds, so neither is taken",
-        variable=variable, value=text, fix=FORCED_FIX if forced is not None else FIX,
-    )
+        variable=variable, value=text, fix=FORCED_FIX if forced is not None else FIX)
 
 
 def launcher_of(environ: Mapping[str, str], name: str | None) -> ModuleType:
