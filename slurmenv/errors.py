@@ -102,16 +102,13 @@ def parse_int(name: str, value: str, *, minimum: int = 0, fix: str | None = None
             else f"{name} has a leading zero" if digits
             else f"{name} is not a whole number (ASCII digits only: no sign, blank or line "
             "break)",
-            variable=name,
-            value=value,
+            variable=name, value=value,
             fix=fix or f"{name} must be a decimal integer as Slurm writes it")
     number = int(value)
     if number < minimum:
         raise SlurmEnvError(
             f"{name} must be at least {minimum}",
-            variable=name,
-            value=value,
-            fix=fix or f"{name} must be a decimal integer >= {minimum}")
+            variable=name, value=value, fix=fix or f"{name} must be a decimal integer >= {minimum}")
     return number
 
 

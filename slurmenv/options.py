@@ -177,8 +177,7 @@ JOBS = Kind(
     invalid=["boss=1", "worker=0", "chief=2,worker=1", "ps=1,worker=2", "worker", "worker=1,"])
 FLAG = Kind(  # --NAME turns it on, --no-NAME (if it has one) off
     "flag", _flag, "bool", "use 1 or 0",
-    valid=[("yes", True), ("no", False), ("ON", True), ("0", False)],
-    invalid=["maybe", "2"])
+    valid=[("yes", True), ("no", False), ("ON", True), ("0", False)], invalid=["maybe", "2"])
 LAUNCHER = Kind(
     "launcher", _launcher, "str",  # a name of launchers.REGISTRY
     f"use one of {', '.join(REGISTRY)} (docs/launchers.md), or unset it to let slurmenv detect "

@@ -222,8 +222,7 @@ def check_inherited(task: Task, environ: Mapping[str, str]) -> list[str]:
                 f"{name}={inherited} is already set but this task's value is {mine} "
                 f"({task.sources.get(name, task.launcher)}): it was probably exported in the "
                 "batch script or by an outer launcher",
-                variable=name,
-                value=inherited,
+                variable=name, value=inherited,
                 fix=f"unset {name} before starting the tasks (in a batch script: unset it before "
                 "srun, or use srun --export=NONE) and let slurmenv set it in each task")
         notes.append(f"{name}={inherited} was already set and agrees")

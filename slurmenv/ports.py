@@ -82,9 +82,7 @@ def parse_range(text: str, variable: str) -> tuple[int, int]:
     if lo < FIRST_PORT or hi > LAST_PORT or hi - lo + 1 < 2 * JOB_SLOTS:
         raise SlurmEnvError(
             f"port range {lo}-{hi} is outside {PORTS_TEXT} or smaller than {2 * JOB_SLOTS} ports",
-            variable=variable,
-            value=text,
-            fix=RANGE_FIX)
+            variable=variable, value=text, fix=RANGE_FIX)
     return lo, hi
 
 
@@ -93,9 +91,7 @@ def parse_port(text: str, variable: str) -> int:
     if not is_number(text) or not FIRST_PORT <= int(text) <= LAST_PORT:
         raise SlurmEnvError(
             "not a usable TCP port",
-            variable=variable,
-            value=text,
-            fix=PORT_FIX)
+            variable=variable, value=text, fix=PORT_FIX)
     return int(text)
 
 
@@ -113,8 +109,7 @@ def parse_port_list(text: str, variable: str, limit: int | None = None) -> list[
         ):
             raise SlurmEnvError(
                 "not a Slurm port list",
-                variable=variable,
-                value=text,
+                variable=variable, value=text,
                 fix=f"it must look like '12000-12003' or '12000,12005' (ports {PORTS_TEXT}, "
                 "low-high ranges)")
         ranges.append((int(lo), int(hi or lo)))
@@ -123,8 +118,7 @@ def parse_port_list(text: str, variable: str, limit: int | None = None) -> list[
         if start <= end:
             raise SlurmEnvError(
                 f"port {start} is listed twice",
-                variable=variable,
-                value=text,
+                variable=variable, value=text,
                 fix="each port may be listed once: Slurm never reserves a port twice; give the "
                 "list Slurm wrote, or one port with --port")
     ports: list[int] = []
@@ -203,8 +197,7 @@ def check_range_outside(port_range: tuple[int, int], ephemeral: tuple[int, int] 
         raise SlurmEnvError(
             f"port range {lo}-{hi} overlaps this node's ephemeral port range "
             f"{ephemeral[0]}-{ephemeral[1]} (any outgoing connection may take a port there)",
-            variable=variable,
-            value=f"{lo}-{hi}",
+            variable=variable, value=f"{lo}-{hi}",
             fix="choose a range below the ephemeral range with SLURMENV_PORT_RANGE or "
             f"--port-range (or give a port with --port, or reserve ports with {resv_ports()})")
 

@@ -331,8 +331,7 @@ def check_one_per_node(res: Resolution) -> None:
             f"tasks on {res.nnodes} nodes ({res.local_world_size} on this one)",
             variable="SLURM_STEP_TASKS_PER_NODE",
             # The Slurm step's own text (the step topology keeps it), e.g. "2(x2)".
-            value=res.tasks_per_node,
-            fix=ONE_PER_NODE_FIX)
+            value=res.tasks_per_node, fix=ONE_PER_NODE_FIX)
 
 
 def rdzv_id(res: Resolution) -> str:

@@ -183,8 +183,7 @@ def refuse_same_port(launch_key: tuple[str, str], environ: Mapping[str, str], pl
     if plan.variable in GIVEN:
         raise SlurmEnvError(
             message, variable=plan.variable,
-            value=environ.get(plan.variable) or str(plan.master),
-            fix=OWN_PORT)
+            value=environ.get(plan.variable) or str(plan.master), fix=OWN_PORT)
     raise SlurmEnvError(
         message + f": their launch IDs {variable}={value} and {other_key} draw the same port",
         variable="MASTER_PORT", value=str(plan.master),

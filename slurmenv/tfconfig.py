@@ -202,8 +202,7 @@ def _too_large(size: str, text: str | None) -> SlurmEnvError:
     return SlurmEnvError(
         f"TF_CONFIG would be {size}, over Linux's {MAX_ARG_STRLEN}-byte limit for "
         "one environment variable: every program started with it would fail",
-        variable="TF_CONFIG",
-        value=text,
+        variable="TF_CONFIG", value=text,
         fix="build the resolver in Python instead (slurmenv.tf.cluster_resolver() or "
         "slurmenv.resolve().tf_config), or export without it: slurmenv export --for torch")
 
