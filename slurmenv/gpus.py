@@ -159,7 +159,7 @@ def bound_per_task(environ: Mapping[str, str]) -> bool:
 
 
 def plan(environ: Mapping[str, str], local_rank: int, local_world_size: int,
-         bind: bool = False ) -> Binding:
+         bind: bool = False) -> Binding:
     """The GPUs of the task ``local_rank`` of ``local_world_size`` on this node.
 
     With ``bind`` the shared lists are narrowed to this task's share (see the module

@@ -2,21 +2,13 @@
 
 Each option is one row of :class:`Options`' body: its field, type and default as a Python
 class attribute, and through :func:`option` its ``SLURMENV_*`` variable, command-line flag,
-kind and help. Everything else is made from that table: :class:`Options` itself,
-:func:`from_environ`, the argparse options of every command (:func:`add_arguments`), the
-argparse-free parser of ``export``/``exec``/``torchrun`` (:func:`parse_leading`), the options
-``dump`` records (:func:`given_in`), doctor's list of option names (:func:`names`), the
-options ``slurmenv torchrun`` takes (``torchrun=True``) and ``docs/options.md``
-(:func:`markdown`). :func:`slurmenv.resolve` keeps explicit keywords for its users; a test
-checks them against the table. Adding an option is one row.
-
-Each row has a :class:`Kind` (``PORT``, ``RANGE``, ``TEMPLATE``, ``ADDRESS``, ``FLAG``,
-``LAUNCHER``): how
-its text is read, the fix when it cannot be, its types and the samples tests/test_options.py
-runs every row of the kind through. An option of a new kind is one ``Kind(...)`` and its row.
-
-Variables let a choice made once in the batch script reach every task through ``srun``;
-a keyword argument or command-line flag overrides its variable.
+kind and help. Everything else is made from that table: :class:`Options`,
+:func:`from_environ`, every command's argparse options (:func:`add_arguments`), the
+argparse-free parser of ``export``/``exec``/``torchrun`` (:func:`parse_leading`), what ``dump``
+records (:func:`given_in`), doctor's option names (:func:`names`), ``slurmenv torchrun``'s
+options (``torchrun=True``) and docs/options.md (tests/doc_tables.py). Adding an option is one
+row; an option of a new kind is one :class:`Kind` and its row. A variable carries a choice made
+once in the batch script to every task; a keyword or flag overrides it.
 """
 
 from __future__ import annotations
@@ -59,12 +51,8 @@ class Kind:
     def __init__(self, name: str, read: Callable[[str, str], object], type: str, fix: str, *,
                  valid: Sequence[tuple[str, object]], invalid: Sequence[str],
                  keyword: str | None = None) -> None:
-        self.name = name
-        self.read = read
-        self.type = type
-        self.fix = fix
-        self.valid = tuple(valid)
-        self.invalid = tuple(invalid)
+        self.name, self.read, self.type, self.fix = name, read, type, fix
+        self.valid, self.invalid = tuple(valid), tuple(invalid)
         self.keyword = keyword or f"{type} | None"
         _KINDS.append(self)
 
@@ -200,15 +188,11 @@ class Option:
 
     def __init__(self, variable: str, flag: str, kind: Kind, default: object, help: str,
                  metavar: str | None, negative: str | None, torchrun: bool) -> None:
-        self.field = ""  # the name of its Options field, set once the class exists
-        self.variable = variable
-        self.flag = flag
-        self.kind = kind
-        self.default = default
-        self.help = help
-        self.metavar = metavar
-        self.negative = negative  # help of --no-NAME (flags only; None: no such flag)
-        self.torchrun = torchrun  # also an option of `slurmenv torchrun`
+        # field: the name of its Options field, set once the class exists; negative: the help
+        # of --no-NAME (flags only; None: no such flag); torchrun: `slurmenv torchrun` takes it
+        self.field, self.variable, self.flag, self.kind, self.default, self.help = (
+            "", variable, flag, kind, default, help)
+        self.metavar, self.negative, self.torchrun = metavar, negative, torchrun
 
     def __repr__(self) -> str:
         return f"<option {self.field} {self.flag} {self.variable}>"
@@ -380,7 +364,7 @@ def add_arguments(container: Any, args: Iterable[Arg]) -> None:
 
 
 def parse_leading(argv: Sequence[str], args: Iterable[Arg],
-                  rest: bool = False ) -> tuple[dict[str, object], list[str]] | None:
+                  rest: bool = False) -> tuple[dict[str, object], list[str]] | None:
     """What argparse makes of a plain command line of ``args``, without argparse.
 
     Understood: exact option names, ``--opt value`` and ``--opt=value``. With ``rest``, the

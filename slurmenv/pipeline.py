@@ -258,8 +258,8 @@ def _apply_template(host: str, options: Options, environ: Mapping[str, str] | No
     return made
 
 
-def address(task: Task, options: Options, environ: Mapping[str, str] | None = None ) -> tuple[str,
-            str]:
+def address(task: Task, options: Options,
+            environ: Mapping[str, str] | None = None) -> tuple[str, str]:
     """``MASTER_ADDR`` and the sentence saying where it comes from."""
     if "MASTER_ADDR" in task.fixed:
         fixed = check_host("MASTER_ADDR", task.fixed["MASTER_ADDR"], f"set MASTER_ADDR to "

@@ -154,7 +154,7 @@ def block_ports(job_id: int, step_id: int, port_range: tuple[int, int], tasks_he
 
 
 def launch_ports(job_id: int, launch_id: int, port_range: tuple[int, int],
-                 tasks_here: int = 0 ) -> Ports:
+                 tasks_here: int = 0) -> Ports:
     """A launch of job ``job_id`` that is not one of its Slurm steps and whose ID is not a small
     sequential number (an Open MPI ``mpirun``, a PBS PALS ``mpiexec``, a Flux job):
     ``MASTER_PORT`` is port ``launch_id mod (R - W)`` of the range without the job's own block
@@ -189,7 +189,7 @@ def ephemeral_range(path: str = EPHEMERAL_FILE) -> tuple[int, int] | None:
 
 
 def check_range_outside(port_range: tuple[int, int], ephemeral: tuple[int, int] | None,
-                        variable: str ) -> None:
+                        variable: str) -> None:
     """Refuse a formula range that overlaps the ephemeral range, whatever the job ID: a port
     inside it may be taken by any outgoing connection, and the job IDs that land there vary."""
     lo, hi = port_range

@@ -81,9 +81,9 @@ class Resolution:
             _node_rank=node_rank, _nnodes=nnodes, _topology=topology, _jobs_from=tf_jobs_from,
             _cache={} if tf_config is None else {"tf_config_fn": tf_config},
             label=fields["label"] or fields["launcher"], unknown=tuple(fields["unknown"]),
-            notes=tuple(fields["notes"]), gpus=None if fields["gpus"] is None else tuple(fields["gpus"]),
-            **{key: MappingProxyType(dict(fields[key])) for key in ("sources", "bindings", "fixed")},
-        )
+            notes=tuple(fields["notes"]),
+            gpus=None if fields["gpus"] is None else tuple(fields["gpus"]),
+            **{k: MappingProxyType(dict(fields[k])) for k in ("sources", "bindings", "fixed")})
         assert set(fields) == set(self.__slots__), set(fields) ^ set(self.__slots__)
         for key, value in fields.items():
             object.__setattr__(self, key, value)
@@ -341,8 +341,8 @@ def rdzv_id(res: Resolution) -> str:
     return f"slurmenv-{res.master_port}"  # single node outside Slurm: one agent only
 
 
-def filled_values(res: Resolution, backend: str = "c10d", addr_template: str | None = None,
-                  ) -> dict[str, str]:
+def filled_values(res: Resolution, backend: str = "c10d",
+                  addr_template: str | None = None) -> dict[str, str]:
     """The torchrun options slurmenv fills for this node (canonical name -> value).
 
     ``backend`` is the rendezvous backend in use (slurmenv's ``c10d`` unless the user chose

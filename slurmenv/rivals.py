@@ -66,7 +66,7 @@ def _netns(proc: str, pid: str) -> tuple[int, int] | None:
 _KERNEL_THREAD = 0x00200000
 
 
-def _environ(proc: str, pid: str, wait: Callable[[float], None] = time.sleep ) -> bytes | None:
+def _environ(proc: str, pid: str, wait: Callable[[float], None] = time.sleep) -> bytes | None:
     """``/proc/<pid>/environ``, None when unreadable (gone, another user's).
 
     A process in the middle of an ``execve`` shows an empty environment for a moment (its new
@@ -106,7 +106,7 @@ def _owner(proc: str, pid: str) -> int | None:
 
 
 def find(variable: str, value: str, proc: str = "/proc",
-         uid: int | None = None ) -> list[tuple[int | None, dict[str, str]]]:
+         uid: int | None = None) -> list[tuple[int | None, dict[str, str]]]:
     """``(pid, environment)`` of every process of this user (``uid``, default ours, root
     included: never another user's) in this network namespace whose environment sets
     ``variable`` to another value than ``value`` (this launch's own processes set it to
@@ -155,8 +155,9 @@ def command_line(options: Options, environ: Mapping[str, str]) -> dict[str, obje
     }
 
 
-def other_launches(launch_key: tuple[str, str],
-                   found: Iterable[tuple[int | None, Mapping[str, str]]] ) -> Iterator[tuple[int | None, Mapping[str, str], str]]:
+def other_launches(
+    launch_key: tuple[str, str], found: Iterable[tuple[int | None, Mapping[str, str]]],
+) -> Iterator[tuple[int | None, Mapping[str, str], str]]:
     """``(pid, environment, its launch ID)`` of each process of ``found`` that names another
     launch of the same kind (``launch_key``'s variable set to another value): the candidates
     ``pipeline.check_rivals`` resolves."""

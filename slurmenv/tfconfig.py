@@ -95,7 +95,7 @@ def jobs_from(jobs: str | None, environ: Mapping[str, str]) -> str:
 
 
 def roles(world_size: int, chief: bool = False, jobs: str | None = None,
-          variable: str = JOBS_VARIABLE ) -> list[tuple[str, int]]:
+          variable: str = JOBS_VARIABLE) -> list[tuple[str, int]]:
     """``(task type, index)`` of every rank: with ``jobs`` (``--tf-jobs``), consecutive
     slices of the ranks in :data:`JOB_NAMES` order; else ``worker`` r, or, with ``chief``
     (``--tf-chief``), rank 0 the ``chief`` and the others worker 0..n-2.

@@ -58,7 +58,7 @@ FIX = (
     "in the batch script) and resolve inside the task the launcher started")
 
 
-def check(environ: Mapping[str, str], task: Task, chosen: ModuleType, forced: str | None ) -> None:
+def check(environ: Mapping[str, str], task: Task, chosen: ModuleType, forced: str | None) -> None:
     """Refuse ``task`` (read by ``chosen``) unless every detecting launcher's facts agree with
     it and, when a launcher was chosen (``forced``: its registry name), the detected launcher
     reads the same world (module docstring)."""
@@ -127,7 +127,7 @@ def _refused_choice(name: str, but: str, detected: ModuleType, after: str, varia
 
 
 def _check_detected(environ: Mapping[str, str], task: Task, chosen: ModuleType,
-                    forced: str ) -> None:
+                    forced: str) -> None:
     """The launcher detected without the choice reads the same world as the chosen one."""
     detected = launchers.detect(environ)
     if detected is chosen:
