@@ -17,6 +17,7 @@ from .errors import SlurmEnvError, host_problem
 from .launchers import REGISTRY  # names only: no launcher module is imported
 from .lean import TYPE_CHECKING, NamedTuple  # not typing's: see _compat
 from .ports import DEFAULT_RANGE, PORT_FIX, RANGE_FIX, parse_port, parse_range
+from .render import OUTPUTS
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -345,15 +346,13 @@ def arguments(rows: Iterable[Option] = TABLE) -> list[Arg]:
     out: list[Arg] = []
     for row in rows:
         on, off = _described(row)
+        common = {"dest": row.field, "default": None}
         if row.kind != FLAG:
-            out.append((row.flag, {"dest": row.field, "default": None, "help": on,
-                                   "metavar": row.metavar}))
+            out.append((row.flag, {**common, "help": on, "metavar": row.metavar}))
             continue
-        out.append((row.flag, {"dest": row.field, "default": None, "help": on,
-                               "action": "store_true"}))
+        out.append((row.flag, {**common, "help": on, "action": "store_true"}))
         if off is not None:
-            out.append((negative_flag(row), {"dest": row.field, "default": None, "help": off,
-                                             "action": "store_false"}))
+            out.append((negative_flag(row), {**common, "help": off, "action": "store_false"}))
     return out
 
 
@@ -423,8 +422,8 @@ def given_in(args: object) -> dict[str, Any]:
 #: The variable that chooses the set of outputs, as ``--for`` does: how a choice made once in
 #: the batch script reaches every task, and the only way to choose it for the task prolog.
 FOR_VARIABLE = "SLURMENV_FOR"
-#: The sets (``render.OUTPUTS``; tests/test_options.py checks they agree).
-OUTPUT_SETS = ("all", "tf", "torch", "torchrun")
+#: The sets: ``render.OUTPUTS``' names.
+OUTPUT_SETS = tuple(sorted(OUTPUTS))
 FOR_HELP = (
     "which variables: torch (RANK, ..., MASTER_PORT), tf (TF_CONFIG), all (default: torch and "
     "tf) or torchrun (PET_NNODES, ...: options of one plain torchrun per node)")
