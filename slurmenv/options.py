@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .errors import SlurmEnvError, host_problem
 from .launchers import REGISTRY  # names only: no launcher module is imported
-from .lean import TYPE_CHECKING, NamedTuple  # not typing's: see _compat
+from .lean import TYPE_CHECKING, NamedTuple  # not typing's: see lean.py
 from .ports import DEFAULT_RANGE, PORT_FIX, RANGE_FIX, parse_port, parse_range
 from .render import OUTPUTS
 
@@ -427,8 +427,8 @@ OUTPUT_SETS = tuple(sorted(OUTPUTS))
 FOR_HELP = (
     "which variables: torch (RANK, ..., MASTER_PORT), tf (TF_CONFIG), all (default: torch and "
     "tf) or torchrun (PET_NNODES, ...: options of one plain torchrun per node)")
-#: ``--for``, which every resolving command takes (``commandline.add_resolution_options``) and
-#: export/exec's parser without argparse reads (``cli.command_args``).
+#: ``--for``, which every resolving command takes (``console.add_resolution_options``) and
+#: export/exec's parser without argparse reads (``commands.main.command_args``).
 FOR: Arg = ("--for", {"dest": "for_", "default": None, "choices": OUTPUT_SETS,
                       "help": f"{FOR_HELP} (also {FOR_VARIABLE})"})
 

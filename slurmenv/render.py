@@ -32,7 +32,7 @@ RANK_FIELDS = {
 }
 TF_NAMES = ("TF_CONFIG",)
 #: torchrun's own variables for its options: a plain ``torchrun train.py`` per node joins the
-#: step (slurmenv/torchrun_command.py; not part of "all").
+#: step (slurmenv/commands/torchrun.py; not part of "all").
 PET_NAMES = (
     "PET_NNODES", "PET_NPROC_PER_NODE", "PET_RDZV_BACKEND", "PET_RDZV_ENDPOINT", "PET_RDZV_ID",
     "PET_RDZV_CONF",)

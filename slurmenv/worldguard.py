@@ -42,7 +42,7 @@ FIELDS = {"rank": "RANK", "local_rank": "LOCAL_RANK", "world_size": "WORLD_SIZE"
 #: What a chosen launcher and the detected one must both tell the same.
 COMPARED = ("rank", "local_rank", "world_size", "local_world_size")
 #: Exported by slurmenv's task prolog after its values: ``<job>.<step>:NAME,NAME,...``, the
-#: step it resolved and the names it set (slurmenv/taskprolog.py). A task of another step (a
+#: step it resolved and the names it set (slurmenv/commands/taskprolog.py). A task of another step (a
 #: ``srun`` inside ``srun --pty bash`` of an opted-in job) inherits them: they are slurmenv's
 #: values for that step, not the user's, and are resolved again as if unset.
 SET_BY = "SLURMENV_SET_BY"
