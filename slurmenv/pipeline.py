@@ -37,7 +37,7 @@ What :func:`derive` shares, so each rule lives once:
 
 from __future__ import annotations
 
-from . import launchers, ports, tfconfig, worldguard
+from . import ports, tfconfig, worldguard
 from .errors import HOST_RULE, SlurmEnvError, check_host, host_problem, parse_int
 from .launchers.base import Task
 from .lean import TYPE_CHECKING
@@ -118,13 +118,6 @@ def resolve(environ: Mapping[str, str], options: Options, ephemeral: tuple[int, 
     worldguard.check(  # last, on every path (docs/fail-closed.md)
         environ, task, module, options.launcher)
     return res
-
-
-def read(environ: Mapping[str, str]) -> Task:
-    """The task of ``environ`` as the first launcher that detects it reads it (no derive:
-    options act on the address, ports and bindings only)."""
-    task: Task = launchers.detect(environ).read(environ)
-    return task
 
 
 def check_rivals(task: Task, environ: Mapping[str, str], options: Options,
