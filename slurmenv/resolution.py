@@ -27,6 +27,7 @@ UNKNOWN_FIX = (
     "export only what env:// needs (slurmenv export --for torch leaves them out), or start the "
     "tasks with srun (srun --mpi=pmi2 for MPI programs), which tells every task its node")
 
+
 class Resolution:
     """What one task needs to join its distributed job (see ``slurmenv.resolve``).
 
