@@ -106,7 +106,7 @@ def test_psutil_fallback_where_os_lacks_sched_getaffinity() -> None:
 
 def test_export_path_does_not_import_psutil() -> None:
     out = _in_child(
-        "import sys, io, contextlib; from slurmenv import cli\n"
+        "import sys, io, contextlib; from slurmenv.commands import main as cli\n"
         "with contextlib.redirect_stdout(io.StringIO()) as buf: code = cli.main(['export'])\n"
         "print(code, 'OMP_NUM_THREADS' in buf.getvalue(), 'psutil' in sys.modules)"
     )
