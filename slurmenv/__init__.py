@@ -28,20 +28,12 @@ _AUTO = object()
 
 
 def resolve(
-    environ: Mapping[str, str] | None = None,
-    *,
-    port: int | None = None,
-    port_range: tuple[int, int] | str | None = None,
-    addr_template: str | None = None,
-    resolve_addr: bool | None = None,
-    tf_chief: bool | None = None,
-    bind_gpus: bool | None = None,
-    threads: bool | None = None,
-    master_addr: str | None = None,
-    tf_jobs: str | None = None,
-    launcher: str | None = None,
-    ephemeral_range: tuple[int, int] | None | object = _AUTO,
-    cpus: int | None = None,
+    environ: Mapping[str, str] | None = None, *, port: int | None = None,
+    port_range: tuple[int, int] | str | None = None, addr_template: str | None = None,
+    resolve_addr: bool | None = None, tf_chief: bool | None = None,
+    bind_gpus: bool | None = None, threads: bool | None = None, master_addr: str | None = None,
+    tf_jobs: str | None = None, launcher: str | None = None,
+    ephemeral_range: tuple[int, int] | None | object = _AUTO, cpus: int | None = None,
     step_evidence: str | None | object = _AUTO,
     rivals: Iterable[Mapping[str, str]] | None | object = _AUTO,
 ) -> Resolution:

@@ -23,14 +23,8 @@ class SlurmEnvError(Exception):
     (``None`` when it was missing) and ``fix`` one sentence telling the user what to do.
     """
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        variable: str | None = None,
-        value: str | None = None,
-        fix: str | None = None,
-    ) -> None:
+    def __init__(self, message: str, *, variable: str | None = None, value: str | None = None,
+                 fix: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.variable = variable
@@ -73,8 +67,7 @@ def printable(text: str) -> str:
     return "".join(
         char if char.isprintable() or char in "\n\t" else
         (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
-        for char in text
-    )
+        for char in text)
 
 
 #: The most digits a number slurmenv reads may have: every count, ID, rank and port Slurm and
@@ -91,8 +84,7 @@ def is_number(text: str) -> bool:
     ``'²'``, which ``int`` refuses, and ``int`` accepts ``'٤'``, ``'+4'`` and ``' 4'``)."""
     return (
         0 < len(text) <= MAX_DIGITS and text.isascii() and text.isdigit()
-        and (text[0] != "0" or len(text) == 1)
-    )
+        and (text[0] != "0" or len(text) == 1))
 
 
 def to_int(text: str) -> int | None:
@@ -110,18 +102,13 @@ def parse_int(name: str, value: str, *, minimum: int = 0, fix: str | None = None
             else f"{name} has a leading zero" if digits
             else f"{name} is not a whole number (ASCII digits only: no sign, blank or line "
             "break)",
-            variable=name,
-            value=value,
-            fix=fix or f"{name} must be a decimal integer as Slurm writes it",
-        )
+            variable=name, value=value,
+            fix=fix or f"{name} must be a decimal integer as Slurm writes it")
     number = int(value)
     if number < minimum:
         raise SlurmEnvError(
             f"{name} must be at least {minimum}",
-            variable=name,
-            value=value,
-            fix=fix or f"{name} must be a decimal integer >= {minimum}",
-        )
+            variable=name, value=value, fix=fix or f"{name} must be a decimal integer >= {minimum}")
     return number
 
 
@@ -130,8 +117,7 @@ MAX_HOST = 253
 MAX_LABEL = 63
 HOST_RULE = (
     "a host name (letters, digits, '-', '_' and '.'; labels of 1-63 characters between dots, "
-    "not starting or ending with '-'; at most 253 characters) or an IP address"
-)
+    "not starting or ending with '-'; at most 253 characters) or an IP address")
 
 
 def host_problem(text: str) -> str | None:
@@ -183,6 +169,5 @@ def check_host(variable: str, value: str, fix: str, what: str = "") -> str:
         shown = repr(_shorten(value))
         raise SlurmEnvError(
             f"{what or variable} {shown} is not a host name or IP address: {problem}",
-            variable=variable, value=value, fix=fix,
-        )
+            variable=variable, value=value, fix=fix)
     return value

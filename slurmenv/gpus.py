@@ -30,8 +30,6 @@ from .lean import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from .resolution import Resolution  # types only (see render.py)
-
 #: The GPU lists Slurm sets for every task (gres/gpu), in the order they are reported (and
 #: exported, when GPU binding narrows them).
 VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ZE_AFFINITY_MASK")
@@ -39,8 +37,7 @@ VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL
 NO_DEVICES = ("", "NoDevFiles")
 REQUEST_FIX = (
     "give every task at least one GPU (srun --gres=gpu:N with N >= tasks per node, or "
-    "--gpus-per-task=1), run fewer tasks per node, or drop --bind-gpus / SLURMENV_BIND_GPUS"
-)
+    "--gpus-per-task=1), run fewer tasks per node, or drop --bind-gpus / SLURMENV_BIND_GPUS")
 
 
 class Binding(NamedTuple):
@@ -72,23 +69,16 @@ def parse_list(value: str, variable: str) -> list[str]:
     if any(not item for item in items):
         raise SlurmEnvError(
             f"{variable} has an empty entry", variable=variable, value=value,
-            fix=f"{variable} must be a comma-separated list of GPU indices or UUIDs",
-        )
+            fix=f"{variable} must be a comma-separated list of GPU indices or UUIDs")
     if len(set(items)) != len(items):
         raise SlurmEnvError(
             f"{variable} lists a GPU twice", variable=variable, value=value,
-            fix=f"list each GPU once in {variable}",
-        )
+            fix=f"list each GPU once in {variable}")
     return items
 
 
-def for_local_rank(
-    visible: Sequence[str],
-    local_rank: int,
-    local_world_size: int,
-    *,
-    variable: str = "CUDA_VISIBLE_DEVICES",
-) -> list[str]:
+def for_local_rank(visible: Sequence[str], local_rank: int, local_world_size: int, *,
+                   variable: str = "CUDA_VISIBLE_DEVICES") -> list[str]:
     """The share of ``visible`` (the list the node's tasks share) of task ``local_rank``.
 
     ``local_world_size`` tasks get ``len(visible) // local_world_size`` consecutive entries
@@ -115,12 +105,11 @@ def for_local_rank(
         raise SlurmEnvError(
             f"{local_world_size} tasks on this node share {len(visible)} GPU(s): each task "
             "needs at least one",
-            variable=variable, value=",".join(visible), fix=REQUEST_FIX,
-        )
+            variable=variable, value=",".join(visible), fix=REQUEST_FIX)
     return list(visible[local_rank * count : (local_rank + 1) * count])
 
 
-def _present(environ: Mapping[str, str]) -> dict[str, str]:
+def lists_set(environ: Mapping[str, str]) -> dict[str, str]:
     return {name: environ[name] for name in VARIABLES if environ.get(name) is not None}
 
 
@@ -151,8 +140,7 @@ def bound_by_slurm(environ: Mapping[str, str], name: str, count: int) -> str | N
     if on_node is not None and count < on_node:
         return (
             f"{name} has {count} of the step's SLURM_GPUS_ON_NODE={on_node} GPUs on "
-            "this node: Slurm (or an earlier binding) already gave this task its own"
-        )
+            "this node: Slurm (or an earlier binding) already gave this task its own")
     tres = environ.get("SLURMD_TRES_BIND", "")
     if "per_task" in tres:
         return f"SLURMD_TRES_BIND={tres}: Slurm gives each task its own GPUs"
@@ -162,7 +150,7 @@ def bound_by_slurm(environ: Mapping[str, str], name: str, count: int) -> str | N
 def bound_per_task(environ: Mapping[str, str]) -> bool:
     """Whether the task's first GPU list set (``VARIABLES`` order) is its own
     (:func:`bound_by_slurm`); False when no list is set."""
-    present = _present(environ)
+    present = lists_set(environ)
     if not present:
         return False
     name, value = next(iter(present.items()))
@@ -170,16 +158,15 @@ def bound_per_task(environ: Mapping[str, str]) -> bool:
     return bound_by_slurm(environ, name, count) is not None
 
 
-def plan(
-    environ: Mapping[str, str], local_rank: int, local_world_size: int, bind: bool = False
-) -> Binding:
+def plan(environ: Mapping[str, str], local_rank: int, local_world_size: int,
+         bind: bool = False) -> Binding:
     """The GPUs of the task ``local_rank`` of ``local_world_size`` on this node.
 
     With ``bind`` the shared lists are narrowed to this task's share (see the module
     docstring) and errors are raised for lists that cannot be split; without it nothing is
     changed or checked: the result only describes what the task sees.
     """
-    present = _present(environ)
+    present = lists_set(environ)
     if not present:
         return _no_list(environ, local_world_size, bind)
     name, value = next(iter(present.items()))
@@ -197,8 +184,7 @@ def plan(
                 f"{var} lists {len(items)} GPUs but {name} lists {len(first)}: the lists "
                 "disagree, so no share can be chosen",
                 variable=var, value=present[var],
-                fix=f"set {var} and {name} to the same devices, or unset the one set by hand",
-            )
+                fix=f"set {var} and {name} to the same devices, or unset the one set by hand")
     why = bound_by_slurm(environ, name, len(first))
     if why is not None:
         return Binding({}, tuple(first), f"{name}={value} ({why}; left alone)",
@@ -214,12 +200,10 @@ def plan(
     if unused:
         notes.append(
             f"GPU binding: {len(first)} GPUs do not divide among {local_world_size} tasks; "
-            f"{','.join(first[-unused:])} left unused (each task gets {len(share)})"
-        )
+            f"{','.join(first[-unused:])} left unused (each task gets {len(share)})")
     source = (
         f"share {local_rank + 1} of {local_world_size} (LOCAL_RANK={local_rank}) of "
-        f"{name}={value}, shared by the tasks of this node"
-    )
+        f"{name}={value}, shared by the tasks of this node")
     return Binding(env, tuple(share), source, tuple(notes))
 
 
@@ -228,48 +212,12 @@ def _no_list(environ: Mapping[str, str], local_world_size: int, bind: bool) -> B
     if bind and local_world_size > 1:
         detail = (
             f" although the step has SLURM_GPUS_ON_NODE={on_node} (srun --gpu-bind=none?)"
-            if on_node else ""
-        )
+            if on_node else "")
         raise SlurmEnvError(
             f"cannot bind GPUs: {local_world_size} tasks on this node but no GPU list "
             f"(CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES, ... are unset){detail}",
             variable="CUDA_VISIBLE_DEVICES", value=None,
             fix="request GPUs for the step (srun --gres=gpu:N or --gpus-per-node=N), or drop "
-            "--bind-gpus / SLURMENV_BIND_GPUS for a step without GPUs",
-        )
+            "--bind-gpus / SLURMENV_BIND_GPUS for a step without GPUs")
     return Binding({}, None, "no GPU list set (CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES, ... "
                    "unset): the environment restricts nothing")
-
-
-
-def per_rank(res: Resolution, environ: Mapping[str, str]) -> list[tuple[str, ...] | None] | None:
-    """The GPUs of every rank of the step as far as this task can tell (``show --all-ranks``).
-
-    ``res`` is this task's resolution from ``environ``. Ranks on this node: their share of the
-    list when ``res`` bound GPUs, the shared list itself when not; None (unknown) when Slurm
-    bound GPUs per task. Ranks on other nodes: None (each node has its own list). Returns None
-    when no GPU list is set at all.
-    """
-    present = _present(environ)
-    if not present:
-        return None
-    out: list[tuple[str, ...] | None] = [None] * res.world_size
-    out[res.rank] = res.gpus
-    name, value = next(iter(present.items()))
-    try:
-        items = parse_list(value, name)
-        node_of, local_of = res.node_of, res.local_of
-    except SlurmEnvError:
-        return out
-    if bound_by_slurm(environ, name, len(items)) is not None:
-        return out
-    bound = any(var in res.bindings for var in VARIABLES)
-    for rank, (node, local) in enumerate(zip(node_of, local_of)):
-        if node != res.node_rank:
-            continue
-        try:
-            share = for_local_rank(items, local, res.local_world_size) if bound else items
-        except (SlurmEnvError, ValueError):
-            continue
-        out[rank] = tuple(share)
-    return out

@@ -123,12 +123,8 @@ def _block(counts: Sequence[int]) -> Placement:
     return Placement(node_of, local_of)
 
 
-def place(
-    counts: Sequence[int],
-    distribution: Distribution,
-    hosts: Sequence[str] | None = None,
-    hostfile: Sequence[str] | None = None,
-) -> Placement:
+def place(counts: Sequence[int], distribution: Distribution, hosts: Sequence[str] | None = None,
+          hostfile: Sequence[str] | None = None) -> Placement:
     """Compute the rank → (node index, local rank) map for a step.
 
     ``counts[i]`` is the number of tasks on node ``i``. For ``arbitrary``, ``hostfile`` is the
@@ -234,8 +230,7 @@ def _arbitrary(counts: Sequence[int], hosts: Sequence[str], hostfile: Sequence[s
         raise SlurmEnvError(
             f"SLURM_HOSTFILE names {len(hostfile)} hosts for {ntasks} tasks",
             variable="SLURM_HOSTFILE",
-            fix="with -m arbitrary the host file needs one line per task",
-        )
+            fix="with -m arbitrary the host file needs one line per task")
     node_of = []
     local_of = []
     used = [0] * len(hosts)
@@ -245,8 +240,7 @@ def _arbitrary(counts: Sequence[int], hosts: Sequence[str], hostfile: Sequence[s
             raise SlurmEnvError(
                 f"SLURM_HOSTFILE line {rank + 1} names {hostfile[rank]!r}, not a node of this step",
                 variable="SLURM_HOSTFILE",
-                fix="the host file must only name nodes of the step (SLURM_STEP_NODELIST)",
-            )
+                fix="the host file must only name nodes of the step (SLURM_STEP_NODELIST)")
         node_of.append(node)
         local_of.append(used[node])
         used[node] += 1
@@ -254,6 +248,5 @@ def _arbitrary(counts: Sequence[int], hosts: Sequence[str], hostfile: Sequence[s
         raise SlurmEnvError(
             "SLURM_HOSTFILE does not match SLURM_STEP_TASKS_PER_NODE",
             variable="SLURM_HOSTFILE",
-            fix="the host file must be the one this step was started with",
-        )
+            fix="the host file must be the one this step was started with")
     return Placement(node_of, local_of)

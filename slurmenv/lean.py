@@ -41,8 +41,7 @@ else:
                 return tuple_new(cls, args)
             if len(args) > count:
                 raise TypeError(
-                    f"{name}() takes {count} positional arguments but {len(args)} were given"
-                )
+                    f"{name}() takes {count} positional arguments but {len(args)} were given")
             values = [*args, *([_MISSING] * (count - len(args)))]
             for key, value in kwargs.items():
                 i = index.get(key)

@@ -116,10 +116,7 @@ class NodeList:
     def _error(self, detail: str) -> SlurmEnvError:
         return SlurmEnvError(
             f"{self.variable} is not a valid Slurm node list{detail}",
-            variable=self.variable,
-            value=self.text,
-            fix=LIST_FIX,
-        )
+            variable=self.variable, value=self.text, fix=LIST_FIX)
 
     def _expand(self, part: str) -> list[str]:
         """One part's names, checked."""
@@ -165,19 +162,15 @@ def step_nodes(text: str, count: int) -> NodeList:
     if len(listed) != count:
         raise SlurmEnvError(
             f"SLURM_STEP_NODELIST names {len(listed)} nodes but SLURM_STEP_NUM_NODES={count}",
-            variable="SLURM_STEP_NODELIST",
-            value=text,
-            fix="these come from the same step; do not set them by hand or mix in job values",
-        )
+            variable="SLURM_STEP_NODELIST", value=text,
+            fix="these come from the same step; do not set them by hand or mix in job values")
     seen = set(listed.names())
     if len(seen) != len(listed):
         raise SlurmEnvError(
             f"SLURM_STEP_NODELIST names {len(listed)} nodes but only {len(seen)} different ones "
             "(Slurm lists each node of a step once)",
-            variable="SLURM_STEP_NODELIST",
-            value=text,
-            fix="these come from Slurm; do not set them by hand",
-        )
+            variable="SLURM_STEP_NODELIST", value=text,
+            fix="these come from Slurm; do not set them by hand")
     return listed
 
 
@@ -209,10 +202,8 @@ def parse_tasks_per_node(text: str, variable: str, most: int = MAX_NODES) -> lis
         if not (ok and is_number(count)) or int(count) == 0 or int(repeat_text) == 0:
             raise SlurmEnvError(
                 f"{variable} is not a valid Slurm task count list",
-                variable=variable,
-                value=text,
-                fix="it must look like '2(x3),1': positive counts, '(xN)' repeats a count N times",
-            )
+                variable=variable, value=text,
+                fix="it must look like '2(x3),1': positive counts, '(xN)' repeats a count N times")
         times = int(repeat_text)
         if len(counts) + times > most and most < MAX_NODES:
             # more nodes than the caller's step has: the caller refuses the length, naming
@@ -222,9 +213,7 @@ def parse_tasks_per_node(text: str, variable: str, most: int = MAX_NODES) -> lis
         if len(counts) + times > MAX_NODES:
             raise SlurmEnvError(
                 f"{variable} lists more than {MAX_NODES} nodes",
-                variable=variable,
-                value=text,
-                fix=f"slurmenv handles steps of up to {MAX_NODES} nodes",
-            )
+                variable=variable, value=text,
+                fix=f"slurmenv handles steps of up to {MAX_NODES} nodes")
         counts.extend(repeat(int(count), times))
     return counts

@@ -2,29 +2,22 @@
 
 Each option is one row of :class:`Options`' body: its field, type and default as a Python
 class attribute, and through :func:`option` its ``SLURMENV_*`` variable, command-line flag,
-kind and help. Everything else is made from that table: :class:`Options` itself,
-:func:`from_environ`, the argparse options of every command (:func:`add_arguments`), the
-argparse-free parser of ``export``/``exec``/``torchrun`` (:func:`parse_leading`), the options
-``dump`` records (:func:`given_in`), doctor's list of option names (:func:`names`), the
-options ``slurmenv torchrun`` takes (``torchrun=True``) and ``docs/options.md``
-(:func:`markdown`). :func:`slurmenv.resolve` keeps explicit keywords for its users; a test
-checks them against the table. Adding an option is one row.
-
-Each row has a :class:`Kind` (``PORT``, ``RANGE``, ``TEMPLATE``, ``ADDRESS``, ``FLAG``,
-``LAUNCHER``): how
-its text is read, the fix when it cannot be, its types and the samples tests/test_options.py
-runs every row of the kind through. An option of a new kind is one ``Kind(...)`` and its row.
-
-Variables let a choice made once in the batch script reach every task through ``srun``;
-a keyword argument or command-line flag overrides its variable.
+kind and help. Everything else is made from that table: :class:`Options`,
+:func:`from_environ`, every command's argparse options (:func:`add_arguments`), the
+argparse-free parser of ``export``/``exec``/``torchrun`` (:func:`parse_leading`), what ``dump``
+records (:func:`given_in`), doctor's option names (:func:`names`), ``slurmenv torchrun``'s
+options (``torchrun=True``) and docs/options.md (tests/doc_tables.py). Adding an option is one
+row; an option of a new kind is one :class:`Kind` and its row. A variable carries a choice made
+once in the batch script to every task; a keyword or flag overrides it.
 """
 
 from __future__ import annotations
 
 from .errors import SlurmEnvError, host_problem
 from .launchers import REGISTRY  # names only: no launcher module is imported
-from .lean import TYPE_CHECKING, NamedTuple  # not typing's: see _compat
+from .lean import TYPE_CHECKING, NamedTuple  # not typing's: see lean.py
 from .ports import DEFAULT_RANGE, PORT_FIX, RANGE_FIX, parse_port, parse_range
+from .render import OUTPUTS
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -56,16 +49,11 @@ class Kind:
 
     __slots__ = ("fix", "invalid", "keyword", "name", "read", "type", "valid")
 
-    def __init__(
-        self, name: str, read: Callable[[str, str], object], type: str, fix: str, *,
-        valid: Sequence[tuple[str, object]], invalid: Sequence[str], keyword: str | None = None,
-    ) -> None:
-        self.name = name
-        self.read = read
-        self.type = type
-        self.fix = fix
-        self.valid = tuple(valid)
-        self.invalid = tuple(invalid)
+    def __init__(self, name: str, read: Callable[[str, str], object], type: str, fix: str, *,
+                 valid: Sequence[tuple[str, object]], invalid: Sequence[str],
+                 keyword: str | None = None) -> None:
+        self.name, self.read, self.type, self.fix = name, read, type, fix
+        self.valid, self.invalid = tuple(valid), tuple(invalid)
         self.keyword = keyword or f"{type} | None"
         _KINDS.append(self)
 
@@ -143,27 +131,23 @@ def _launcher(name: str, variable: str) -> str:
 PORT = Kind(
     "port", parse_port, "int", PORT_FIX,  # a TCP port 1024-65535
     valid=[("12345", 12345), ("23456", 23456)],
-    invalid=["80", "http", "70000", " 23456", "023456", "23456\n", "+23456"],
-)
+    invalid=["80", "http", "70000", " 23456", "023456", "23456\n", "+23456"])
 RANGE = Kind(
     "range", parse_range, "tuple[int, int]", RANGE_FIX,  # LO-HI
     keyword="tuple[int, int] | str | None",
     valid=[("20000-30000", (20000, 30000)), ("11000-31000", (11000, 31000))],
-    invalid=["1-2", "20000", "30000-20000"],
-)
+    invalid=["1-2", "20000", "30000-20000"])
 TEMPLATE = Kind(
     "template", _template, "str",  # a host name template with {host}
     "write it like '{host}-ib' or '{host}i.fabric'",
     valid=[("{host}-ib", "{host}-ib"), ("{host}.ib", "{host}.ib")],
     invalid=["{host.upper}", "node-ib", "{host}{host:x}", "{other}", "{host}\n", "{host}\x00",
-             "{host} x", "{host};id", "{host}..ib", "{host}." + "x" * 64, "{host}" + "x" * 300],
-)
+             "{host} x", "{host};id", "{host}..ib", "{host}." + "x" * 64, "{host}" + "x" * 300])
 ADDRESS = Kind(
     "address", _address, "str",  # a host name or IP address
     "give the name or IP address of rank 0's node, e.g. 'node017' or '10.1.2.17'",
     valid=[("10.1.2.17", "10.1.2.17"), ("n7", "n7"), ("fd00::7", "fd00::7")],
-    invalid=["two words", " ", " n7 ", "a;b", "$HOME", "*", "a..b", "x" * 64],
-)
+    invalid=["two words", " ", " n7 ", "a;b", "$HOME", "*", "a..b", "x" * 64])
 def _jobs(text: str, variable: str) -> str:
     """TensorFlow job roles, ``chief=1,ps=2,worker=4`` (read by slurmenv.tfconfig, imported
     only when the option is given)."""
@@ -179,19 +163,15 @@ JOBS = Kind(
     "workers (ParameterServerStrategy)",
     valid=[("chief=1,ps=2,worker=4", "chief=1,ps=2,worker=4"),
            ("worker=3, chief=1", "chief=1,worker=3")],
-    invalid=["boss=1", "worker=0", "chief=2,worker=1", "ps=1,worker=2", "worker", "worker=1,"],
-)
+    invalid=["boss=1", "worker=0", "chief=2,worker=1", "ps=1,worker=2", "worker", "worker=1,"])
 FLAG = Kind(  # --NAME turns it on, --no-NAME (if it has one) off
     "flag", _flag, "bool", "use 1 or 0",
-    valid=[("yes", True), ("no", False), ("ON", True), ("0", False)],
-    invalid=["maybe", "2"],
-)
+    valid=[("yes", True), ("no", False), ("ON", True), ("0", False)], invalid=["maybe", "2"])
 LAUNCHER = Kind(
     "launcher", _launcher, "str",  # a name of launchers.REGISTRY
     f"use one of {', '.join(REGISTRY)} (docs/launchers.md), or unset it to let slurmenv detect "
     "the launcher",
-    valid=[("slurm", "slurm"), (" openmpi ", "openmpi")], invalid=["nosuch", "Slurm", "base"],
-)
+    valid=[("slurm", "slurm"), (" openmpi ", "openmpi")], invalid=["nosuch", "Slurm", "base"])
 parse_flag = FLAG.parse
 check_template = TEMPLATE.parse
 check_address = ADDRESS.parse
@@ -207,19 +187,13 @@ class Option:
     __slots__ = ("default", "field", "flag", "help", "kind", "metavar", "negative", "torchrun",
                  "variable")
 
-    def __init__(
-        self, variable: str, flag: str, kind: Kind, default: object, help: str,
-        metavar: str | None, negative: str | None, torchrun: bool,
-    ) -> None:
-        self.field = ""  # the name of its Options field, set once the class exists
-        self.variable = variable
-        self.flag = flag
-        self.kind = kind
-        self.default = default
-        self.help = help
-        self.metavar = metavar
-        self.negative = negative  # help of --no-NAME (flags only; None: no such flag)
-        self.torchrun = torchrun  # also an option of `slurmenv torchrun`
+    def __init__(self, variable: str, flag: str, kind: Kind, default: object, help: str,
+                 metavar: str | None, negative: str | None, torchrun: bool) -> None:
+        # field: the name of its Options field, set once the class exists; negative: the help
+        # of --no-NAME (flags only; None: no such flag); torchrun: `slurmenv torchrun` takes it
+        self.field, self.variable, self.flag, self.kind, self.default, self.help = (
+            "", variable, flag, kind, default, help)
+        self.metavar, self.negative, self.torchrun = metavar, negative, torchrun
 
     def __repr__(self) -> str:
         return f"<option {self.field} {self.flag} {self.variable}>"
@@ -233,17 +207,8 @@ def negative_flag(row: Option) -> str:
     return "--no-" + row.flag[2:]
 
 
-def option(
-    variable: str,
-    flag: str,
-    kind: Kind,
-    default: object,
-    help: str,
-    *,
-    metavar: str | None = None,
-    negative: str | None = None,
-    torchrun: bool = False,
-) -> Any:
+def option(variable: str, flag: str, kind: Kind, default: object, help: str, *,
+           metavar: str | None = None, negative: str | None = None, torchrun: bool = False) -> Any:
     """A row of the options table, written as the default of an :class:`Options` field.
 
     Returns ``default`` (so the field's default is the option's); the row is recorded in
@@ -259,59 +224,49 @@ class Options(NamedTuple):
 
     port: int | None = option(
         "SLURMENV_PORT", "--port", PORT, None, "force MASTER_PORT (an inherited MASTER_PORT "
-        "is also taken as given)", metavar="PORT", torchrun=True,
-    )
+        "is also taken as given)", metavar="PORT", torchrun=True)
     port_range: tuple[int, int] = option(
         "SLURMENV_PORT_RANGE", "--port-range", RANGE, DEFAULT_RANGE,
-        "range for the job/step port formula", metavar="LO-HI", torchrun=True,
-    )
+        "range for the job/step port formula", metavar="LO-HI", torchrun=True)
     addr_template: str | None = option(
         "SLURMENV_ADDR_TEMPLATE", "--addr-template", TEMPLATE, None,
         "address names on a fast network, e.g. '{host}-ib'; for MASTER_ADDR and the TF_CONFIG "
-        "workers", metavar="TEMPLATE", torchrun=True,
-    )
+        "workers", metavar="TEMPLATE", torchrun=True)
     resolve_addr: bool = option(
         "SLURMENV_RESOLVE_ADDR", "--resolve-addr", FLAG, False,
         "turn MASTER_ADDR into an IPv4 address (one DNS lookup per task: the only option that "
         "touches DNS)",
-        torchrun=True,
-    )
+        torchrun=True)
     tf_chief: bool = option(
         "SLURMENV_TF_CHIEF", "--tf-chief", FLAG, False,
-        "make rank 0 TensorFlow's chief, the others worker 0...n-2",
-    )
+        "make rank 0 TensorFlow's chief, the others worker 0...n-2")
     bind_gpus: bool = option(
         "SLURMENV_BIND_GPUS", "--bind-gpus", FLAG, False,
         "give each task of a node its share of the GPUs the node's tasks share, e.g. "
         "CUDA_VISIBLE_DEVICES=4,5,6,7 and 2 tasks: 4,5 and 6,7 (see slurmenv.gpus)",
-        negative="leave GPU lists alone",
-    )
+        negative="leave GPU lists alone")
     threads: bool = option(
         "SLURMENV_THREADS", "--threads", FLAG, True,
         "set OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS when unset, from "
         "SLURM_CPUS_PER_TASK or the task's CPU affinity (see slurmenv.threads)",
-        negative="do not set thread counts",
-    )
+        negative="do not set thread counts")
     # New fields go last: Options is a tuple, and resolve()'s keywords follow this order.
     master_addr: str | None = option(
         "SLURMENV_MASTER_ADDR", "--master-addr", ADDRESS, None,
         "address of rank 0's node, for launchers that cannot tell it (MPI with custom "
-        "mappings); wins over the launcher's host", metavar="ADDR", torchrun=True,
-    )
+        "mappings); wins over the launcher's host", metavar="ADDR", torchrun=True)
     tf_jobs: str | None = option(
         "SLURMENV_TF_JOBS", "--tf-jobs", JOBS, None,
         "TensorFlow job roles for TF_CONFIG, e.g. chief=1,ps=2,worker=4 (ParameterServerStrategy): "
         "ranks go to the jobs in slices in the order chief, evaluator, ps, worker, as "
         "TensorFlow's SlurmClusterResolver does; the evaluator stays out of the cluster",
-        metavar="JOB=N,...",
-    )
+        metavar="JOB=N,...")
     launcher: str | None = option(
         "SLURMENV_LAUNCHER", "--launcher", LAUNCHER, None,
         "read the task with this launcher instead of detecting it (a name of the registry's, "
         "docs/launchers.md), among readings that agree: refused when that launcher does not "
         "detect the task or when another source of the world contradicts it",
-        metavar="NAME",
-    )
+        metavar="NAME")
 
 
 if len(_ROWS) != len(Options._fields):  # pragma: no cover - a field without option()
@@ -327,6 +282,13 @@ PARSERS: dict[Kind, Callable[[str, str], Any]] = {kind: kind.parse for kind in K
 
 
 # -- values --------------------------------------------------------------------------------
+def given_as(field: str, environ: Mapping[str, str] | None) -> str:
+    """How option ``field`` was given, for a refusal to name: its variable when set, else its
+    flag (the command line or the keyword)."""
+    row = next(row for row in TABLE if row.field == field)
+    return row.variable if (environ or {}).get(row.variable) else row.flag
+
+
 def from_environ(environ: Mapping[str, str], **given: object) -> Options:
     """Options from ``SLURMENV_*`` variables, overridden by the keyword arguments not None.
 
@@ -348,6 +310,17 @@ def from_environ(environ: Mapping[str, str], **given: object) -> Options:
             if text.strip() if row.kind == FLAG else text:
                 values[row.field] = row.kind.parse(text, row.variable)
     return Options(**values)
+
+
+def default_text(row: Option) -> str:
+    """The default as a user writes it (in the flags' help and docs/options.md)."""
+    if row.kind == FLAG:
+        return "on" if row.default else "off"
+    if row.default is None:
+        return "unset"
+    if isinstance(row.default, tuple):  # a RANGE: (lo, hi)
+        return "-".join(str(end) for end in row.default)
+    return str(row.default)
 
 
 # -- command lines -------------------------------------------------------------------------
@@ -373,15 +346,13 @@ def arguments(rows: Iterable[Option] = TABLE) -> list[Arg]:
     out: list[Arg] = []
     for row in rows:
         on, off = _described(row)
+        common = {"dest": row.field, "default": None}
         if row.kind != FLAG:
-            out.append((row.flag, {"dest": row.field, "default": None, "help": on,
-                                   "metavar": row.metavar}))
+            out.append((row.flag, {**common, "help": on, "metavar": row.metavar}))
             continue
-        out.append((row.flag, {"dest": row.field, "default": None, "help": on,
-                               "action": "store_true"}))
+        out.append((row.flag, {**common, "help": on, "action": "store_true"}))
         if off is not None:
-            out.append((negative_flag(row), {"dest": row.field, "default": None, "help": off,
-                                             "action": "store_false"}))
+            out.append((negative_flag(row), {**common, "help": off, "action": "store_false"}))
     return out
 
 
@@ -391,9 +362,8 @@ def add_arguments(container: Any, args: Iterable[Arg]) -> None:
         container.add_argument(flag, **keywords)
 
 
-def parse_leading(
-    argv: Sequence[str], args: Iterable[Arg], rest: bool = False
-) -> tuple[dict[str, object], list[str]] | None:
+def parse_leading(argv: Sequence[str], args: Iterable[Arg],
+                  rest: bool = False) -> tuple[dict[str, object], list[str]] | None:
     """What argparse makes of a plain command line of ``args``, without argparse.
 
     Understood: exact option names, ``--opt value`` and ``--opt=value``. With ``rest``, the
@@ -438,8 +408,7 @@ def names() -> frozenset[str]:
     """Every name an option is known by: variables and flags (doctor sorts errors with it)."""
     return frozenset(
         name for row in TABLE
-        for name in (row.variable, row.flag, *((negative_flag(row),) if row.negative else ()))
-    )
+        for name in (row.variable, row.flag, *((negative_flag(row),) if row.negative else ())))
 
 
 def given_in(args: object) -> dict[str, Any]:
@@ -449,34 +418,17 @@ def given_in(args: object) -> dict[str, Any]:
     return {row.field: values[row.field] for row in TABLE if values.get(row.field) is not None}
 
 
-# -- documentation -------------------------------------------------------------------------
-def default_text(row: Option) -> str:
-    """The default as a user writes it."""
-    if row.kind == FLAG:
-        return "on" if row.default else "off"
-    if row.default is None:
-        return "unset"
-    if isinstance(row.default, tuple):  # a RANGE: (lo, hi)
-        return "-".join(str(end) for end in row.default)
-    return str(row.default)
-
-
-#: The command that writes docs/options.md (with every other generated page: tests/regen.py).
-REGENERATE = "python tests/regen.py"
-
-
 # -- the output set (what --for chooses) ------------------------------------------------------
 #: The variable that chooses the set of outputs, as ``--for`` does: how a choice made once in
 #: the batch script reaches every task, and the only way to choose it for the task prolog.
 FOR_VARIABLE = "SLURMENV_FOR"
-#: The sets (``render.OUTPUTS``; tests/test_options.py checks they agree).
-OUTPUT_SETS = ("all", "tf", "torch", "torchrun")
+#: The sets: ``render.OUTPUTS``' names.
+OUTPUT_SETS = tuple(sorted(OUTPUTS))
 FOR_HELP = (
     "which variables: torch (RANK, ..., MASTER_PORT), tf (TF_CONFIG), all (default: torch and "
-    "tf) or torchrun (PET_NNODES, ...: options of one plain torchrun per node)"
-)
-#: ``--for``, which every resolving command takes (``commandline.add_resolution_options``) and
-#: export/exec's parser without argparse reads (``cli.command_args``).
+    "tf) or torchrun (PET_NNODES, ...: options of one plain torchrun per node)")
+#: ``--for``, which every resolving command takes (``console.add_resolution_options``) and
+#: export/exec's parser without argparse reads (``commands.main.command_args``).
 FOR: Arg = ("--for", {"dest": "for_", "default": None, "choices": OUTPUT_SETS,
                       "help": f"{FOR_HELP} (also {FOR_VARIABLE})"})
 
@@ -491,40 +443,5 @@ def outputs(environ: Mapping[str, str], given: str | None = None) -> str:
     if text not in OUTPUT_SETS:
         raise SlurmEnvError(
             f"{FOR_VARIABLE} is not a set of outputs", variable=FOR_VARIABLE, value=text,
-            fix=f"use one of {', '.join(OUTPUT_SETS)} (what --for takes), or unset it for all",
-        )
+            fix=f"use one of {', '.join(OUTPUT_SETS)} (what --for takes), or unset it for all")
     return text
-
-
-def markdown() -> str:
-    """``docs/options.md``: the table as a page (a test keeps the file equal to this)."""
-    lines = [
-        "# Options",
-        "",
-        ("<!-- Generated from the table in slurmenv/options.py by `" + REGENERATE + "`; "
-         "tests/test_options.py checks it. -->"),
-        "",
-        ("Every resolution option is a command-line flag of `export`, `exec`, `show`, `doctor` "
-         "and `dump`, a `SLURMENV_*` variable (set once in the batch script, it reaches every "
-         "task through `srun`) and a keyword of `slurmenv.resolve()`. A flag or keyword wins "
-         "over its variable. Yes/no variables take `1`, `true`, `yes`, `on` or `0`, `false`, "
-         "`no`, `off`. `slurmenv torchrun` takes the options marked *torchrun*."),
-        "",
-        "| flag | variable | default | meaning |",
-        "| --- | --- | --- | --- |",
-    ]
-    for row in TABLE:
-        flag = f"`{row.flag} {row.metavar}`" if row.metavar else f"`{row.flag}`"
-        if row.negative:
-            flag += f", `{negative_flag(row)}`"
-        meaning = row.help + (f"; `{negative_flag(row)}`: {row.negative}" if row.negative else "")
-        meaning += " (*torchrun*)" if row.torchrun else ""
-        meaning = meaning.replace("|", "\\|")
-        lines.append(f"| {flag} | `{row.variable}` | {default_text(row)} | {meaning} |")
-    lines.append(f"| `--for SET` | `{FOR_VARIABLE}` | all | {FOR_HELP} (export, exec, show, "
-                 "doctor and the task prolog; not a keyword of `resolve()`: pass it to "
-                 "`Resolution.env(for_)`) |")
-    lines += ["", "Python: `slurmenv.resolve(" + ", ".join(
-        f"{row.field}=..." for row in TABLE) + ")`.", ""]
-    return "\n".join(lines)
-

@@ -37,18 +37,17 @@ What :func:`derive` shares, so each rule lives once:
 
 from __future__ import annotations
 
-from . import launchers, ports, tfconfig, worldguard
+from . import ports, tfconfig, worldguard
 from .errors import HOST_RULE, SlurmEnvError, check_host, host_problem, parse_int
 from .launchers.base import Task
 from .lean import TYPE_CHECKING
-from .options import Options
+from .options import Options, given_as
 from .render import RANK_FIELDS
 from .resolution import Resolution
 from .worldguard import without_stale
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
-    from types import ModuleType
     from typing import Any, TypeAlias
 
     from .launchers.base import AddressOf
@@ -65,23 +64,16 @@ RANK_LIKE = tuple(RANK_FIELDS)
 CARRIED = (
     "launcher", "rank", "local_rank", "world_size", "local_world_size", "node_rank", "nnodes",
     "hostname", "topology", "job_id", "step_id", "fixed", "origin", "origin_fix", "label",
-    "in_worker", "unknown",
-)
+    "in_worker", "unknown",)
 #: The other Task fields: what derive turns into the address, the ports, the sources, the notes
 #: and the bindings (tests/test_registry.py: every Task field is in exactly one of the two).
 CONSUMED = (
     "sources", "notes", "master_host", "master_source", "port_seed", "port_seed_source",
-    "reserved_ports", "own_bindings", "free_port", "launch_key",
-)
-#: Variables that describe the step, not a user's choice: an inherited value is replaced.
-REPLACED = ("MASTER_ADDR", "TF_CONFIG")
+    "reserved_ports", "own_bindings", "free_port", "launch_key",)
 #: slurmenv's task prolog's marker (``worldguard.py``, where it is applied before reading).
 SET_BY = worldguard.SET_BY
-FREE_PORT_SOURCE = "a port free on 127.0.0.1 now (single process)"
-EXPLICIT_PORT_SOURCE = "given port (--port or SLURMENV_PORT)"
 EXPLICIT_ADDR_SOURCE = "given address (--master-addr or SLURMENV_MASTER_ADDR)"
 ADDR_FIX = "pass the address of rank 0's node with --master-addr (or SLURMENV_MASTER_ADDR)"
-PORT_FIX = "give a port with --port (or SLURMENV_PORT), the same in every task"
 
 
 # -- the conductor -----------------------------------------------------------------------------
@@ -91,18 +83,12 @@ SCRUBBED_FIX = (
     "keep the Slurm variables where slurmenv runs (apptainer exec without --cleanenv/"
     "--containall, no env -i), or evaluate slurmenv before scrubbing and pass its variables in: "
     "srun bash -c 'eval $(slurmenv export); apptainer exec --cleanenv --env RANK=$RANK,... "
-    "IMAGE python train.py' (or APPTAINERENV_* variables)"
-)
+    "IMAGE python train.py' (or APPTAINERENV_* variables)")
 
 
-def resolve(
-    environ: Mapping[str, str],
-    options: Options,
-    ephemeral: tuple[int, int] | None,
-    cpus: int | None = None,
-    step_evidence: str | None = FIND,
-    rivals: Rivals = FIND,
-) -> Resolution:
+def resolve(environ: Mapping[str, str], options: Options, ephemeral: tuple[int, int] | None,
+            cpus: int | None = None, step_evidence: str | None = FIND,
+            rivals: Rivals = FIND) -> Resolution:
     """Detect, read, check the fallback's evidence, derive, check rivals (module docstring).
 
     ``step_evidence`` is local evidence of a Slurm task step for the single-process default
@@ -111,7 +97,7 @@ def resolve(
     read from /proc when needed, None: not looked at).
     """
     environ, stale_note = without_stale(environ)  # before anything is read
-    module = launcher_of(environ, options)
+    module = worldguard.launcher_of(environ, options.launcher)
     task: Task = module.read(environ)  # the fallback refuses a stray launcher variable first
     if module.FALLBACK:
         if step_evidence == FIND:
@@ -123,8 +109,7 @@ def resolve(
                 "no Slurm (or other launcher) variable is set, yet this process runs inside a "
                 f"Slurm job step: {step_evidence}. The environment was scrubbed (a container's "
                 "--cleanenv, env -i): as a single process, every task would train alone",
-                variable="SLURM_JOB_ID", value=None, fix=SCRUBBED_FIX,
-            )
+                variable="SLURM_JOB_ID", value=None, fix=SCRUBBED_FIX)
     if stale_note:
         task = task._replace(notes=(*task.notes, stale_note))
     res = derive(task, environ, options, ephemeral, cpus)
@@ -135,53 +120,8 @@ def resolve(
     return res
 
 
-LAUNCHER_FIX = (
-    "unset SLURMENV_LAUNCHER (or drop --launcher) to let slurmenv detect the launcher, or run "
-    "where that launcher started the task"
-)
-
-
-def launcher_of(environ: Mapping[str, str], options: Options) -> ModuleType:
-    """The launcher module that reads this task: the one ``options.launcher`` names (refused
-    when its ``detect`` is false here), else the registry's first that detects it."""
-    name = options.launcher
-    if name is None:
-        return launchers.detect(environ)
-    module = launchers.load(name)
-    if module.detect(environ):
-        return module
-    own = module.TASK_VARIABLES or module.VARIABLES
-    missing = [variable for variable in own if not environ.get(variable)]
-    shown = ", ".join(missing[:4]) + (", ..." if len(missing) > 4 else "")
-    if missing and len(missing) < len(own):
-        told = f"{len(missing)} of its {len(own)} variables are unset or empty ({shown})"
-    elif missing:
-        told = f"none of its variables is set ({shown})"
-    else:
-        told = "its variables are set, but it does not take this task as its own"
-    detected = launchers.detect(environ)
-    raise SlurmEnvError(
-        f"the launcher {name} was chosen (--launcher, SLURMENV_LAUNCHER or launcher=), but it "
-        f"does not detect this task: {told}; without the choice, slurmenv detects "
-        f"{detected.NAME}",
-        variable="SLURMENV_LAUNCHER", value=name, fix=LAUNCHER_FIX,
-    )
-
-
-def read(environ: Mapping[str, str]) -> Task:
-    """The task of ``environ`` as the first launcher that detects it reads it (no derive:
-    options act on the address, ports and bindings only)."""
-    task: Task = launchers.detect(environ).read(environ)
-    return task
-
-
-def check_rivals(
-    task: Task,
-    environ: Mapping[str, str],
-    options: Options,
-    ephemeral: tuple[int, int] | None,
-    rivals: Rivals,
-) -> None:
+def check_rivals(task: Task, environ: Mapping[str, str], options: Options,
+                 ephemeral: tuple[int, int] | None, rivals: Rivals) -> None:
     """Rank 0 of a launch with a ``launch_key``: each process of another launch on this node
     (``rivals.find``, or the ``rivals`` given) goes through this same pipeline, without
     evidence or rivals of its own; a rank 0 with our MASTER_PORT refuses ours
@@ -196,7 +136,7 @@ def check_rivals(
     for pid, env, other_key in rival_launches.other_launches(task.launch_key, found):
         try:
             theirs = from_environ(env, **given)
-            if launcher_of(env, theirs).read(env).rank != 0:  # cheaper than a resolution:
+            if worldguard.launcher_of(env, theirs.launcher).read(env).rank != 0:  # cheaper than a resolution:
                 continue  # most are other ranks
             other = resolve(env, theirs, None, 1, None, None)
         except Exception:  # noqa: BLE001, S112 - another process's variables, however broken,
@@ -207,13 +147,8 @@ def check_rivals(
 
 
 # -- derive: Task -> Resolution ---------------------------------------------------------------
-def derive(
-    task: Task,
-    environ: Mapping[str, str],
-    options: Options,
-    ephemeral: tuple[int, int] | None,
-    cpus: int | None = None,
-) -> Resolution:
+def derive(task: Task, environ: Mapping[str, str], options: Options,
+           ephemeral: tuple[int, int] | None, cpus: int | None = None) -> Resolution:
     """The Resolution of ``task``: address, ports, inherited checks and bindings added."""
     environ, stale_note = without_stale(environ)  # resolve() did it before reading
     notes = [*task.notes, *([stale_note] if stale_note else [])]
@@ -224,8 +159,7 @@ def derive(
         addr_source += f"; replaces the inherited MASTER_ADDR={inherited_addr}"
         notes.append(
             f"MASTER_ADDR={inherited_addr} was already set (inherited); replaced by this task's "
-            f"{master_addr}: MASTER_ADDR describes the step"
-        )
+            f"{master_addr}: MASTER_ADDR describes the step")
     plan = port_plan(task, environ, options, ephemeral)
     topology = task.topology
     topology.use(plan, address_of(options, environ), ephemeral)
@@ -244,19 +178,16 @@ def derive(
                 sources["TF_CONFIG"] = f"{tf_source}; replaces the inherited TF_CONFIG"
             notes.append(
                 "TF_CONFIG was already set (inherited); slurmenv's replaces it where exported: "
-                "TF_CONFIG describes the step"
-            )
+                "TF_CONFIG describes the step")
     bindings, gpus, gpu_source, binding_sources, binding_notes = _bindings(
-        task, environ, options, cpus
-    )
+        task, environ, options, cpus)
     sources.update(binding_sources)
     notes.extend(binding_notes)
     return Resolution(
         **carried(task), master_addr=master_addr, master_port=plan.master, sources=sources,
         notes=notes, tf_chief=options.tf_chief, tf_jobs=options.tf_jobs, tf_config=tf_config,
         tf_jobs_from=tfconfig.jobs_from(options.tf_jobs, environ),
-        bindings=bindings, gpus=gpus, gpu_source=gpu_source,
-    )
+        bindings=bindings, gpus=gpus, gpu_source=gpu_source)
 
 
 def carried(task: Task) -> dict[str, Any]:
@@ -277,19 +208,16 @@ def check_inherited(task: Task, environ: Mapping[str, str]) -> list[str]:
                 f"{name}={inherited} is already set, and this task's own value cannot be known "
                 f"here ({task.sources.get(name, task.launcher)}), so it cannot be checked or "
                 "replaced", variable=name, value=inherited,
-                fix=f"unset {name} before starting the tasks and let slurmenv set the others",
-            )
+                fix=f"unset {name} before starting the tasks and let slurmenv set the others")
         mine = getattr(task, RANK_FIELDS[name])
         if inherited != str(mine):
             raise SlurmEnvError(
                 f"{name}={inherited} is already set but this task's value is {mine} "
                 f"({task.sources.get(name, task.launcher)}): it was probably exported in the "
                 "batch script or by an outer launcher",
-                variable=name,
-                value=inherited,
+                variable=name, value=inherited,
                 fix=f"unset {name} before starting the tasks (in a batch script: unset it before "
-                "srun, or use srun --export=NONE) and let slurmenv set it in each task",
-            )
+                "srun, or use srun --export=NONE) and let slurmenv set it in each task")
         notes.append(f"{name}={inherited} was already set and agrees")
     return notes
 
@@ -310,29 +238,21 @@ def address_of(options: Options, environ: Mapping[str, str] | None = None) -> Ad
     return address
 
 
-def template_variable(environ: Mapping[str, str] | None) -> str:
-    """The name of the address template option as the user gave it."""
-    return "SLURMENV_ADDR_TEMPLATE" if (environ or {}).get("SLURMENV_ADDR_TEMPLATE") \
-        else "--addr-template"
-
-
 def _apply_template(host: str, options: Options, environ: Mapping[str, str] | None) -> str:
     template = options.addr_template
     if not template:
         return host
     made = template.format(host=host)
     if host_problem(made) is not None:
-        variable = template_variable(environ)
+        variable = given_as("addr_template", environ)
         check_host(
             variable, made, f"fix {variable} or the node name {host!r}: the result must be "
-            f"{HOST_RULE}", what=f"the address {variable} makes of node {host!r},",
-        )
+            f"{HOST_RULE}", what=f"the address {variable} makes of node {host!r},")
     return made
 
 
-def address(
-    task: Task, options: Options, environ: Mapping[str, str] | None = None
-) -> tuple[str, str]:
+def address(task: Task, options: Options,
+            environ: Mapping[str, str] | None = None) -> tuple[str, str]:
     """``MASTER_ADDR`` and the sentence saying where it comes from."""
     if "MASTER_ADDR" in task.fixed:
         fixed = check_host("MASTER_ADDR", task.fixed["MASTER_ADDR"], f"set MASTER_ADDR to "
@@ -340,14 +260,12 @@ def address(
         return fixed, task.sources.get("MASTER_ADDR", task.master_source)
     explicit = getattr(options, "master_addr", None)
     if explicit:
-        given = "SLURMENV_MASTER_ADDR" if (environ or {}).get("SLURMENV_MASTER_ADDR") \
-            else "--master-addr"
-        return check_host(given, str(explicit), ADDR_FIX), EXPLICIT_ADDR_SOURCE
+        return check_host(given_as("master_addr", environ), str(explicit), ADDR_FIX), \
+            EXPLICIT_ADDR_SOURCE
     if task.master_host is None:
         raise SlurmEnvError(
             f"the address of rank 0 cannot be known here: {task.master_source}",
-            variable="MASTER_ADDR", value=None, fix=ADDR_FIX,
-        )
+            variable="MASTER_ADDR", value=None, fix=ADDR_FIX)
     if not options.addr_template:
         check_host("MASTER_ADDR", task.master_host, ADDR_FIX + ", or fix the node name",
                    what=f"rank 0's node name (from the {task.launcher} launcher's variables)")
@@ -363,127 +281,46 @@ def address(
         except (OSError, UnicodeError) as exc:  # UnicodeError: not a valid name (idna)
             raise SlurmEnvError(
                 f"cannot resolve the master node's name {master_addr!r} ({exc})",
-                variable="SLURMENV_RESOLVE_ADDR" if (environ or {}).get("SLURMENV_RESOLVE_ADDR")
-                else "--resolve-addr",
+                variable=given_as("resolve_addr", environ),
                 value=(environ or {}).get("SLURMENV_RESOLVE_ADDR") or "given",
-                fix="drop the resolve option to pass the name, or fix the name/template",
-            ) from None
+                fix="drop the resolve option to pass the name, or fix the name/template") from None
         source += ", resolved by DNS"
     return master_addr, source
 
 
-def _runtime_port(port: int, why: str, taken: dict[int, str], variable: str) -> SlurmEnvError:
-    return SlurmEnvError(
-        f"{why} would make MASTER_PORT {port}, which {taken[port]} gives the MPI runtime "
-        "(libpals binds it itself)",
-        variable=variable, value=str(port),
-        fix="choose another port (--port or SLURMENV_PORT), the same in every task",
-    )
-
-
-def port_plan(
-    task: Task,
-    environ: Mapping[str, str],
-    options: Options,
-    ephemeral: tuple[int, int] | None,
-) -> ports.Ports:
-    """``MASTER_PORT`` and the TensorFlow ports by local rank, in the order of precedence."""
+def port_plan(task: Task, environ: Mapping[str, str], options: Options,
+              ephemeral: tuple[int, int] | None) -> ports.Ports:
+    """``MASTER_PORT`` and the TensorFlow ports by local rank, in the order of precedence
+    (the rules of each step are ports.py's)."""
     if "MASTER_PORT" in task.fixed:
         text = task.fixed["MASTER_PORT"]
         master = parse_int("MASTER_PORT", text, minimum=1)
         return ports.Ports(
-            master, [], task.sources.get("MASTER_PORT", f"MASTER_PORT={text}"), "MASTER_PORT"
-        )
+            master, [], task.sources.get("MASTER_PORT", f"MASTER_PORT={text}"), "MASTER_PORT")
     per_node = task.topology.largest_local() or task.local_world_size
     explicit: tuple[int, str, str] | None = None
     if options.port is not None:
-        given = "SLURMENV_PORT" if environ.get("SLURMENV_PORT") else "--port"
-        explicit = (options.port, EXPLICIT_PORT_SOURCE, given)
+        explicit = (options.port, ports.EXPLICIT_SOURCE, given_as("port", environ))
     elif environ.get("MASTER_PORT"):
         port = ports.parse_port(environ["MASTER_PORT"], "MASTER_PORT")
         explicit = (port, f"MASTER_PORT={port} already set (it wins)", "MASTER_PORT")
-    if task.free_port:
-        # A single process on this machine: no other task to agree with.
-        if explicit is not None:
-            master, why, variable = explicit
-        else:
-            master, why, variable = free_port(options.port_range), FREE_PORT_SOURCE, "--port"
-        return ports.Ports(master, [free_port(options.port_range, avoid=master)], why, variable)
+    if task.free_port:  # a single process on this machine: no other task to agree with
+        return ports.single_process(explicit, options.port_range)
     taken = ports.runtime_ports(environ)
     if explicit is not None:
-        port, why, variable = explicit
-        if port in taken:
-            raise _runtime_port(port, why, taken, variable)
-        tf = [port + 1 + k for k in range(per_node + len(taken)) if port + 1 + k <= ports.LAST_PORT]
-        tf = [p for p in tf if p not in taken][:per_node]
-        plan = ports.Ports(port, tf, f"{why}; TensorFlow ports follow it", variable)
+        plan = ports.following(*explicit, per_node, taken)
     elif task.reserved_ports is not None:
-        variable, reserved = task.reserved_ports
-        # as many as a resolution can use: MASTER_PORT, a TF port per local rank, and those
-        # the MPI runtime takes for itself
-        listed = ports.parse_port_list(reserved, variable, limit=per_node + 1 + len(taken))
-        source = f"{variable}={reserved} (reserved by Slurm)"
-        skipped = sorted({p for p in listed if p in taken})
-        if skipped:
-            listed = [p for p in listed if p not in taken]
-            names = sorted({taken[p] for p in skipped})
-            source += f" without {', '.join(map(str, skipped))} ({', '.join(names)}: the MPI " \
-                "runtime's own)"
-        if not listed:
-            raise SlurmEnvError(
-                f"every port of {variable}={reserved} is the MPI runtime's own "
-                f"({', '.join(sorted(set(taken.values())))})",
-                variable=variable, value=reserved,
-                fix=f"reserve more ports with srun --resv-ports={per_node + 1 + len(skipped)}, "
-                "or give a port with --port",
-            )
-        plan = ports.Ports(listed[0], listed[1:], source, variable)
+        plan = ports.reserved(*task.reserved_ports, per_node, taken)
     elif task.port_seed is not None:
         ports.check_range_outside(options.port_range, ephemeral, "SLURMENV_PORT_RANGE")
-        job, launch = task.port_seed
-        if task.launch_key is not None:  # a launch that is not a step: outside the job's block
-            plan = ports.launch_ports(job, launch, options.port_range, per_node)
-        else:
-            plan = ports.block_ports(job, launch, options.port_range, per_node)
-        if plan.master in taken:
-            raise _runtime_port(plan.master, "the port formula", taken, "MASTER_PORT")
-        source = f"{plan.source} (from {task.port_seed_source})"
-        plan = ports.Ports(plan.master, [p for p in plan.tf if p not in taken], source)
+        plan = ports.formula(task.port_seed, task.port_seed_source, options.port_range,
+                             per_node, taken, launch=task.launch_key is not None)
     else:
         raise SlurmEnvError(
             f"MASTER_PORT cannot be derived: {task.port_seed_source}",
-            variable="MASTER_PORT", value=None, fix=PORT_FIX,
-        )
+            variable="MASTER_PORT", value=None, fix=ports.GIVE_PORT_FIX)
     ports.check_outside(plan.master, ephemeral, "MASTER_PORT", plan, environ)
     return plan
-
-
-def free_port(port_range: tuple[int, int], avoid: int = 0) -> int:
-    """A TCP port of ``port_range`` that is free on 127.0.0.1 right now.
-
-    Chosen in the range (below the ephemeral range) rather than by the kernel, which would
-    pick one inside the ephemeral range. The search starts at a point derived from the PID.
-    """
-    import os
-    import socket  # the single-process fallback only
-
-    lo, hi = port_range
-    span = hi - lo + 1
-    start = os.getpid() * 7919 % span
-    for k in range(span):
-        port = lo + (start + k) % span
-        if port == avoid:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise SlurmEnvError(
-        f"no free port on 127.0.0.1 in {lo}-{hi}", variable="SLURMENV_PORT_RANGE",
-        value=f"{lo}-{hi}", fix="give another range with SLURMENV_PORT_RANGE or --port-range",
-    )
 
 
 def fixed_tf_config(text: str) -> Callable[[], dict[str, Any]]:
@@ -504,8 +341,7 @@ def _bindings(
     if not task.own_bindings:
         note = (
             "GPU lists and thread counts left alone: the Slurm CPU/GPU variables here describe "
-            f"another process, not this {task.launcher} rank"
-        )
+            f"another process, not this {task.launcher} rank")
         return {}, None, "", {}, [note]
     from . import gpus, threads
 

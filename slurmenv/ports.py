@@ -82,10 +82,7 @@ def parse_range(text: str, variable: str) -> tuple[int, int]:
     if lo < FIRST_PORT or hi > LAST_PORT or hi - lo + 1 < 2 * JOB_SLOTS:
         raise SlurmEnvError(
             f"port range {lo}-{hi} is outside {PORTS_TEXT} or smaller than {2 * JOB_SLOTS} ports",
-            variable=variable,
-            value=text,
-            fix=RANGE_FIX,
-        )
+            variable=variable, value=text, fix=RANGE_FIX)
     return lo, hi
 
 
@@ -94,10 +91,7 @@ def parse_port(text: str, variable: str) -> int:
     if not is_number(text) or not FIRST_PORT <= int(text) <= LAST_PORT:
         raise SlurmEnvError(
             "not a usable TCP port",
-            variable=variable,
-            value=text,
-            fix=PORT_FIX,
-        )
+            variable=variable, value=text, fix=PORT_FIX)
     return int(text)
 
 
@@ -115,22 +109,18 @@ def parse_port_list(text: str, variable: str, limit: int | None = None) -> list[
         ):
             raise SlurmEnvError(
                 "not a Slurm port list",
-                variable=variable,
-                value=text,
+                variable=variable, value=text,
                 fix=f"it must look like '12000-12003' or '12000,12005' (ports {PORTS_TEXT}, "
-                "low-high ranges)",
-            )
+                "low-high ranges)")
         ranges.append((int(lo), int(hi or lo)))
     ordered = sorted(ranges)
     for (_, end), (start, _) in zip(ordered, ordered[1:]):
         if start <= end:
             raise SlurmEnvError(
                 f"port {start} is listed twice",
-                variable=variable,
-                value=text,
+                variable=variable, value=text,
                 fix="each port may be listed once: Slurm never reserves a port twice; give the "
-                "list Slurm wrote, or one port with --port",
-            )
+                "list Slurm wrote, or one port with --port")
     ports: list[int] = []
     for lo_port, hi_port in ranges:
         if limit is not None and len(ports) >= limit:
@@ -159,14 +149,12 @@ def block_ports(job_id: int, step_id: int, port_range: tuple[int, int], tasks_he
     tf = [base + (offset + 1 + k) % width for k in range(min(tasks_here, width - 1))]
     source = (
         f"port range {lo}-{hi}: job block {job_id} % {JOB_SLOTS} = {job_id % JOB_SLOTS} of "
-        f"{width} ports starting at {base}, step {step_id} -> offset {offset}"
-    )
+        f"{width} ports starting at {base}, step {step_id} -> offset {offset}")
     return Ports(base + offset, tf, source)
 
 
-def launch_ports(
-    job_id: int, launch_id: int, port_range: tuple[int, int], tasks_here: int = 0
-) -> Ports:
+def launch_ports(job_id: int, launch_id: int, port_range: tuple[int, int],
+                 tasks_here: int = 0) -> Ports:
     """A launch of job ``job_id`` that is not one of its Slurm steps and whose ID is not a small
     sequential number (an Open MPI ``mpirun``, a PBS PALS ``mpiexec``, a Flux job):
     ``MASTER_PORT`` is port ``launch_id mod (R - W)`` of the range without the job's own block
@@ -186,8 +174,7 @@ def launch_ports(
     tf = [port((index + 1 + k) % span) for k in range(min(tasks_here, span - 1))]
     source = (
         f"port range {lo}-{hi} without job {job_id}'s own block {own}-{own + width - 1} "
-        f"({span} ports): launch {launch_id} % {span} = {index}"
-    )
+        f"({span} ports): launch {launch_id} % {span} = {index}")
     return Ports(port(index), tf, source)
 
 
@@ -201,9 +188,8 @@ def ephemeral_range(path: str = EPHEMERAL_FILE) -> tuple[int, int] | None:
         return None
 
 
-def check_range_outside(
-    port_range: tuple[int, int], ephemeral: tuple[int, int] | None, variable: str
-) -> None:
+def check_range_outside(port_range: tuple[int, int], ephemeral: tuple[int, int] | None,
+                        variable: str) -> None:
     """Refuse a formula range that overlaps the ephemeral range, whatever the job ID: a port
     inside it may be taken by any outgoing connection, and the job IDs that land there vary."""
     lo, hi = port_range
@@ -211,11 +197,9 @@ def check_range_outside(
         raise SlurmEnvError(
             f"port range {lo}-{hi} overlaps this node's ephemeral port range "
             f"{ephemeral[0]}-{ephemeral[1]} (any outgoing connection may take a port there)",
-            variable=variable,
-            value=f"{lo}-{hi}",
+            variable=variable, value=f"{lo}-{hi}",
             fix="choose a range below the ephemeral range with SLURMENV_PORT_RANGE or "
-            f"--port-range (or give a port with --port, or reserve ports with {resv_ports()})",
-        )
+            f"--port-range (or give a port with --port, or reserve ports with {resv_ports()})")
 
 
 def in_ephemeral(port: int, ephemeral: tuple[int, int] | None) -> bool:
@@ -223,13 +207,8 @@ def in_ephemeral(port: int, ephemeral: tuple[int, int] | None) -> bool:
     return ephemeral is not None and ephemeral[0] <= port <= ephemeral[1]
 
 
-def check_outside(
-    port: int,
-    ephemeral: tuple[int, int] | None,
-    what: str,
-    plan: Ports | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> None:
+def check_outside(port: int, ephemeral: tuple[int, int] | None, what: str,
+                  plan: Ports | None = None, environ: Mapping[str, str] | None = None) -> None:
     """Refuse a port inside the ephemeral range: an outgoing connection may take it any time.
 
     With ``plan``, the error names where the port came from (an explicit port, Slurm's
@@ -276,8 +255,7 @@ def too_few_tf_ports(plan: Ports, needed: int, environ: Mapping[str, str]) -> Sl
     (every launcher whose topology builds TF_CONFIG raises this one)."""
     message = (
         f"TF_CONFIG needs {needed} ports per node but only {len(plan.tf)} are available "
-        f"({plan.source})"
-    )
+        f"({plan.source})")
     without = "or export without TF_CONFIG (--for torch)"
     reserve = needed + len(runtime_ports(environ))
     if plan.variable == "SLURM_STEP_RESV_PORTS":
@@ -293,3 +271,90 @@ def too_few_tf_ports(plan: Ports, needed: int, environ: Mapping[str, str]) -> Sl
         fix = f"use a wider --port-range (SLURMENV_PORT_RANGE), {without}"
     value = environ.get(plan.variable)
     return SlurmEnvError(message, variable=plan.variable, value=value, fix=fix)
+
+
+# -- the port plan's rules (pipeline.port_plan applies them in the order of precedence) -----
+FREE_PORT_SOURCE = "a port free on 127.0.0.1 now (single process)"
+EXPLICIT_SOURCE = "given port (--port or SLURMENV_PORT)"
+GIVE_PORT_FIX = "give a port with --port (or SLURMENV_PORT), the same in every task"
+
+
+def runtime_refused(port: int, why: str, taken: dict[int, str], variable: str) -> SlurmEnvError:
+    return SlurmEnvError(
+        f"{why} would make MASTER_PORT {port}, which {taken[port]} gives the MPI runtime "
+        "(libpals binds it itself)", variable=variable, value=str(port),
+        fix="choose another port (--port or SLURMENV_PORT), the same in every task")
+
+
+def single_process(explicit: tuple[int, str, str] | None, port_range: tuple[int, int]) -> Ports:
+    """A single process: the port given, else a free one; its TensorFlow port a free one."""
+    master, why, variable = explicit or (free_port(port_range), FREE_PORT_SOURCE, "--port")
+    return Ports(master, [free_port(port_range, avoid=master)], why, variable)
+
+
+def following(port: int, why: str, variable: str, per_node: int, taken: dict[int, str]) -> Ports:
+    """A port given (``--port``, an inherited ``MASTER_PORT``): the TensorFlow ports follow
+    it, skipping the MPI runtime's (``taken``)."""
+    if port in taken:
+        raise runtime_refused(port, why, taken, variable)
+    tf = [port + 1 + k for k in range(per_node + len(taken)) if port + 1 + k <= LAST_PORT]
+    tf = [p for p in tf if p not in taken][:per_node]
+    return Ports(port, tf, f"{why}; TensorFlow ports follow it", variable)
+
+
+def reserved(variable: str, text: str, per_node: int, taken: dict[int, str]) -> Ports:
+    """Ports Slurm reserved (``SLURM_STEP_RESV_PORTS``) without the MPI runtime's."""
+    # as many as a resolution can use: MASTER_PORT, a TF port per local rank, and those
+    # the MPI runtime takes for itself
+    listed = parse_port_list(text, variable, limit=per_node + 1 + len(taken))
+    source = f"{variable}={text} (reserved by Slurm)"
+    skipped = sorted({p for p in listed if p in taken})
+    if skipped:
+        listed = [p for p in listed if p not in taken]
+        names = sorted({taken[p] for p in skipped})
+        source += f" without {', '.join(map(str, skipped))} ({', '.join(names)}: the MPI " \
+            "runtime's own)"
+    if not listed:
+        raise SlurmEnvError(
+            f"every port of {variable}={text} is the MPI runtime's own "
+            f"({', '.join(sorted(set(taken.values())))})", variable=variable, value=text,
+            fix=f"reserve more ports with srun --resv-ports={per_node + 1 + len(skipped)}, "
+            "or give a port with --port")
+    return Ports(listed[0], listed[1:], source, variable)
+
+
+def formula(seed: tuple[int, int], seed_source: str, port_range: tuple[int, int],
+            per_node: int, taken: dict[int, str], *, launch: bool) -> Ports:
+    """The formula on the launcher's port seed (job, step or launch): :func:`block_ports`, or
+    :func:`launch_ports` for a launch that is not a step (outside the job's block)."""
+    job, step = seed
+    plan = (launch_ports if launch else block_ports)(job, step, port_range, per_node)
+    if plan.master in taken:
+        raise runtime_refused(plan.master, "the port formula", taken, "MASTER_PORT")
+    return Ports(plan.master, [p for p in plan.tf if p not in taken],
+                 f"{plan.source} (from {seed_source})")
+
+
+def free_port(port_range: tuple[int, int], avoid: int = 0) -> int:
+    """A TCP port of ``port_range`` that is free on 127.0.0.1 right now: chosen in the range
+    (below the ephemeral range), not by the kernel, which would pick one inside it; the
+    search starts at a point derived from the PID."""
+    import os
+    import socket  # the single-process fallback only
+
+    lo, hi = port_range
+    span = hi - lo + 1
+    start = os.getpid() * 7919 % span
+    for k in range(span):
+        port = lo + (start + k) % span
+        if port == avoid:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise SlurmEnvError(
+        f"no free port on 127.0.0.1 in {lo}-{hi}", variable="SLURMENV_PORT_RANGE",
+        value=f"{lo}-{hi}", fix="give another range with SLURMENV_PORT_RANGE or --port-range")

@@ -27,8 +27,7 @@ def read(path: str, variable: str, fix: str, limit: int = LIMIT) -> bytes | None
         if not stat.S_ISREG(info.st_mode):
             raise SlurmEnvError(
                 f"{variable} names {path}, which is not a regular file", variable=variable,
-                value=path, fix=fix,
-            )
+                value=path, fix=fix)
         chunks = []
         size = 0
         while size <= limit:
@@ -40,8 +39,7 @@ def read(path: str, variable: str, fix: str, limit: int = LIMIT) -> bytes | None
         if size > limit:
             raise SlurmEnvError(
                 f"{variable} names {path}, larger than {limit} bytes", variable=variable,
-                value=path, fix=fix,
-            )
+                value=path, fix=fix)
         return b"".join(chunks)
     except OSError:
         return None
@@ -59,5 +57,4 @@ def read_text(path: str, variable: str, fix: str, limit: int = LIMIT) -> str | N
     except UnicodeDecodeError:
         raise SlurmEnvError(
             f"{variable} names {path}, which is not UTF-8 text", variable=variable, value=path,
-            fix=fix,
-        ) from None
+            fix=fix) from None

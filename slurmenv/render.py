@@ -14,11 +14,7 @@ from .errors import SlurmEnvError
 from .lean import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, MutableMapping
-
-    # Types only: resolution.py imports this module lazily, inside Resolution.env/apply (the
-    # loop written with its reason in tests/test_imports.py's ALLOWED_LOOPS).
-    from .resolution import Resolution
+    from collections.abc import Callable, Mapping
 
 SHELLS = ("sh", "bash", "zsh", "fish", "csh", "tcsh")
 FORMATS = ("json", "dotenv")
@@ -26,8 +22,7 @@ FORMATS = ("json", "dotenv")
 # -- the output sets (export --for) --------------------------------------------------------
 TORCH_NAMES = (
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
-    "NNODES", "MASTER_ADDR", "MASTER_PORT",
-)
+    "NNODES", "MASTER_ADDR", "MASTER_PORT",)
 #: Each rank-like output and the field of the Resolution (and of the launcher's Task, under
 #: the same name) that holds its value: ``GROUP_RANK`` is torchrun's name for ``NODE_RANK``.
 RANK_FIELDS = {
@@ -37,12 +32,10 @@ RANK_FIELDS = {
 }
 TF_NAMES = ("TF_CONFIG",)
 #: torchrun's own variables for its options: a plain ``torchrun train.py`` per node joins the
-#: step (slurmenv/torchrun_command.py; not part of "all").
+#: step (slurmenv/commands/torchrun.py; not part of "all").
 PET_NAMES = (
     "PET_NNODES", "PET_NPROC_PER_NODE", "PET_RDZV_BACKEND", "PET_RDZV_ENDPOINT", "PET_RDZV_ID",
-    "PET_RDZV_CONF",
-)
-TORCHRUN_NAMES = PET_NAMES
+    "PET_RDZV_CONF",)
 #: Per-task settings, emitted (after the others) by "torch", "tf" and "all" only when the
 #: resolution has a value for them: GPU lists narrowed by GPU binding (gpus.py) and thread
 #: counts the user left unset (threads.py).
@@ -55,161 +48,9 @@ OUTPUTS = {
 }
 
 
-def env(res: Resolution, for_: str = "all") -> dict[str, str]:
-    """The variables of the set ``for_`` for the task ``res``, as strings (``Resolution.env``).
-
-    Each set but "torchrun" ends with the task's ``bindings`` (GPU lists, thread counts).
-    Raises SlurmEnvError if any of them cannot be computed (then nothing should be set).
-    """
-    if for_ not in OUTPUTS:
-        raise SlurmEnvError(
-            f"unknown output set {for_!r}", variable="--for", value=for_,
-            fix="use one of: " + ", ".join(OUTPUTS),
-        )
-    if for_ == "torchrun":
-        return pet_env(res)
-    values = {
-        name: getattr(res, field) for name, field in RANK_FIELDS.items() if name not in res.unknown
-    }
-    values.update(MASTER_ADDR=res.master_addr, MASTER_PORT=res.master_port)
-    out: dict[str, str] = {}
-    for name in OUTPUTS[for_]:
-        if name in res.unknown:
-            continue  # not known here: left out (res.sources says why)
-        if name in BINDING_NAMES:
-            if name in res.bindings:
-                out[name] = res.bindings[name]
-        elif name == "TF_CONFIG":
-            from . import tfconfig  # only outputs with TF_CONFIG need it
-
-            tfconfig.check_world(res.world_size, res.tf_config_bound)
-            out[name] = tfconfig.dumps(res.tf_config)
-        else:
-            out[name] = str(values[name])
-    for name, value in out.items():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:  # bytes that were not UTF-8 in an input (surrogateescape)
-            raise SlurmEnvError(
-                f"{name} would hold bytes that are not UTF-8 text (from "
-                f"{res.sources.get(name, 'the environment')})", variable=name, value=value,
-                fix="fix the variable it comes from: host names and addresses are ASCII",
-            ) from None
-    return out
-
-
-
 #: What ``apply()`` replaces even without ``overwrite``: values that describe the step (an
 #: inherited one is stale) and GPU lists that binding narrowed.
 ALWAYS_REPLACED = ("MASTER_ADDR", "TF_CONFIG", *gpus.VARIABLES)
-
-
-def apply(
-    res: Resolution, target: MutableMapping[str, str], *, overwrite: bool = False,
-    for_: str = "all",
-) -> dict[str, str]:
-    """Set the variables of ``env(res, for_)`` in ``target``; return what was set
-    (``Resolution.apply``): a value already there is kept unless ``overwrite``, it equals the
-    new one, or the name is in :data:`ALWAYS_REPLACED`."""
-    values = env(res, for_)
-    applied = {}
-    for name, value in values.items():
-        if overwrite or name in ALWAYS_REPLACED or target.get(name) in (None, value):
-            target[name] = value
-            applied[name] = value
-    return applied
-
-# -- torchrun's options for this node (export --for torchrun, slurmenv torchrun) -------------
-ONE_PER_NODE_FIX = (
-    "start one task per node, e.g. srun --ntasks-per-node=1 -n \"$SLURM_JOB_NUM_NODES\" slurmenv "
-    "torchrun train.py (-n as well: in a job of several tasks per node srun takes the job's task "
-    "count): torchrun starts the node's processes itself (--nproc-per-node sets how many)"
-)
-
-
-def nproc_per_node(res: Resolution) -> tuple[int, str]:
-    """torchrun's ``--nproc-per-node`` for this node, with the reason: one process per GPU
-    this task sees (``res.gpus``: the first of ``CUDA_VISIBLE_DEVICES``,
-    ``ROCR_VISIBLE_DEVICES``, ``GPU_DEVICE_ORDINAL``, ``ZE_AFFINITY_MASK`` that is set), else 1.
-    """
-    if res.gpus:
-        return len(res.gpus), f"one process per GPU ({res.gpu_source})"
-    why = f"no GPU in {res.gpu_source}" if res.gpus is not None else "no GPU list set"
-    return 1, f"{why}: 1 process (pass --nproc-per-node=N for more)"
-
-
-def check_one_per_node(res: Resolution) -> None:
-    """Refuse a step that runs more than one task on some node (one torchrun per node), and
-    a resolution made inside another launcher (torchrun's workers)."""
-    if res.in_worker:
-        raise SlurmEnvError(
-            f"already inside a launcher ({res.launcher}) that set RANK and WORLD_SIZE: "
-            "torchrun would start processes inside its processes",
-            variable="RANK", value=str(res.rank),
-            fix="start torchrun from the batch script's srun, not from a training process",
-        )
-    if res.world_size != res.nnodes or res.local_world_size != 1:
-        raise SlurmEnvError(
-            f"torchrun needs exactly one task per node, but this step runs {res.world_size} "
-            f"tasks on {res.nnodes} nodes ({res.local_world_size} on this one)",
-            variable="SLURM_STEP_TASKS_PER_NODE",
-            # The Slurm step's own text (the step topology keeps it), e.g. "2(x2)".
-            value=res.tasks_per_node,
-            fix=ONE_PER_NODE_FIX,
-        )
-
-
-def rdzv_id(res: Resolution) -> str:
-    """``<job>.<step>``: unique per step, equal on every node of the step."""
-    if res.job_id and res.step_id:
-        return f"{res.job_id}.{res.step_id}"
-    return f"slurmenv-{res.master_port}"  # single node outside Slurm: one agent only
-
-
-def filled_values(
-    res: Resolution,
-    backend: str = "c10d",
-    addr_template: str | None = None,
-) -> dict[str, str]:
-    """The torchrun options slurmenv fills for this node (canonical name -> value).
-
-    ``backend`` is the rendezvous backend in use (slurmenv's ``c10d`` unless the user chose
-    another): ``static`` gets ``master-addr``/``master-port``; ``c10d`` the endpoint, id and
-    ``is_host``; any other backend only the id.
-    """
-    check_one_per_node(res)
-    nproc, _ = nproc_per_node(res)
-    values = {
-        "nnodes": str(res.nnodes),
-        "nproc-per-node": str(nproc),
-        "rdzv-backend": backend,
-    }
-    if backend == "static":
-        # Only the static backend uses --node-rank; c10d assigns node ranks at rendezvous
-        # (torchrun warns that it ignores --node-rank there).
-        values["node-rank"] = str(res.node_rank)
-        values["master-addr"] = res.master_addr
-        values["master-port"] = str(res.master_port)
-        return values
-    values["rdzv-id"] = rdzv_id(res)
-    if backend == "c10d":
-        values["rdzv-endpoint"] = f"{res.master_addr}:{res.master_port}"
-        # One task per node: the task of rank 0 is alone on the node of rank 0.
-        values["rdzv-conf"] = f"is_host={1 if res.rank == 0 else 0}"
-        if addr_template:
-            values["local-addr"] = addr_template.format(host=res.hostname)
-    return values
-
-
-def pet_env(res: Resolution) -> dict[str, str]:
-    """torchrun's ``PET_*`` variables for this node, so that a plain ``torchrun train.py``
-    started once per node (``srun --ntasks-per-node=1``) joins the step.
-
-    Raises SlurmEnvError when the step runs more than one task on a node.
-    """
-    values = filled_values(res)
-    return {name: values[name[4:].lower().replace("_", "-")] for name in PET_NAMES}
-
 
 
 # -- rendering -----------------------------------------------------------------------------
@@ -297,8 +138,7 @@ def csh_quote(value: str, name: str = "value") -> str:
             f"{name} contains a newline, which csh and tcsh cannot receive through eval",
             variable=name, value=value,
             fix="use another format (--shell sh, bash, zsh or fish, --format json or dotenv) "
-            "or slurmenv exec -- COMMAND",
-        )
+            "or slurmenv exec -- COMMAND")
     if all(char in _CSH_SAFE for char in value):
         return f"'{value}'"
     chunks, chunk = [], ""
@@ -323,8 +163,7 @@ def _not_an_option(text: str) -> str:
 
 def render_tcsh(values: Mapping[str, str]) -> str:
     return "".join(
-        f"setenv {name} {csh_quote(value, name)};\n" for name, value in values.items()
-    )
+        f"setenv {name} {csh_quote(value, name)};\n" for name, value in values.items())
 
 
 #: The longest ``setenv NAME WORD;`` line (without its newline) that BSD csh (Debian's ``csh``
@@ -348,8 +187,7 @@ def render_csh(values: Mapping[str, str]) -> str:
                 variable=name, value=value,
                 fix="if your csh is tcsh, use --shell tcsh; else use --shell sh (or bash, zsh, "
                 "fish) in a task of that shell, run slurmenv exec -- COMMAND, or leave TF_CONFIG "
-                "out with --for torch",
-            )
+                "out with --for torch")
     return "".join(lines)
 
 

@@ -44,8 +44,7 @@ from .ports import GIVEN
 OWN_PORT = (
     "give each launch that runs at the same time its own port: SLURMENV_PORT=PORT in its "
     "environment (mpirun -x SLURMENV_PORT=PORT, flux run --env=SLURMENV_PORT=PORT), a "
-    "different PORT for each"
-)
+    "different PORT for each")
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -67,9 +66,7 @@ def _netns(proc: str, pid: str) -> tuple[int, int] | None:
 _KERNEL_THREAD = 0x00200000
 
 
-def _environ(
-    proc: str, pid: str, wait: Callable[[float], None] = time.sleep
-) -> bytes | None:
+def _environ(proc: str, pid: str, wait: Callable[[float], None] = time.sleep) -> bytes | None:
     """``/proc/<pid>/environ``, None when unreadable (gone, another user's).
 
     A process in the middle of an ``execve`` shows an empty environment for a moment (its new
@@ -97,8 +94,7 @@ def _may_have_environ(proc: str, pid: str) -> bool:
         return False
     fields = stat[stat.rfind(b")") + 2 :].split()  # state, ppid, ... flags is the 7th
     return len(fields) > 6 and fields[0] not in (b"Z", b"X") and not (
-        int(fields[6]) & _KERNEL_THREAD
-    )
+        int(fields[6]) & _KERNEL_THREAD)
 
 
 def _owner(proc: str, pid: str) -> int | None:
@@ -109,9 +105,8 @@ def _owner(proc: str, pid: str) -> int | None:
         return None
 
 
-def find(
-    variable: str, value: str, proc: str = "/proc", uid: int | None = None
-) -> list[tuple[int | None, dict[str, str]]]:
+def find(variable: str, value: str, proc: str = "/proc",
+         uid: int | None = None) -> list[tuple[int | None, dict[str, str]]]:
     """``(pid, environment)`` of every process of this user (``uid``, default ours, root
     included: never another user's) in this network namespace whose environment sets
     ``variable`` to another value than ``value`` (this launch's own processes set it to
@@ -161,7 +156,7 @@ def command_line(options: Options, environ: Mapping[str, str]) -> dict[str, obje
 
 
 def other_launches(
-    launch_key: tuple[str, str], found: Iterable[tuple[int | None, Mapping[str, str]]]
+    launch_key: tuple[str, str], found: Iterable[tuple[int | None, Mapping[str, str]]],
 ) -> Iterator[tuple[int | None, Mapping[str, str], str]]:
     """``(pid, environment, its launch ID)`` of each process of ``found`` that names another
     launch of the same kind (``launch_key``'s variable set to another value): the candidates
@@ -173,14 +168,8 @@ def other_launches(
             yield pid, env, other_key
 
 
-def refuse_same_port(
-    launch_key: tuple[str, str],
-    environ: Mapping[str, str],
-    plan: Ports,
-    pid: int | None,
-    other_key: str,
-    other: Resolution,
-) -> None:
+def refuse_same_port(launch_key: tuple[str, str], environ: Mapping[str, str], plan: Ports,
+                     pid: int | None, other_key: str, other: Resolution) -> None:
     """Refuse our rank 0 (whose ports are ``plan``) when ``other``, the resolution of process
     ``pid`` of launch ``other_key``, is a rank 0 with the same MASTER_PORT (module docstring)."""
     if other.rank != 0 or other.master_port != plan.master:
@@ -191,17 +180,13 @@ def refuse_same_port(
         f"MASTER_PORT {plan.master} ({plan.source}) is also the MASTER_PORT of another live "
         f"launch whose rank 0 runs on this node: {who}, {variable}={other_key} "
         f"({other.label}); two rank-0 processes cannot both listen on it, and the ranks of "
-        f"one launch could join the other's world"
-    )
+        f"one launch could join the other's world")
     if plan.variable in GIVEN:
         raise SlurmEnvError(
             message, variable=plan.variable,
-            value=environ.get(plan.variable) or str(plan.master),
-            fix=OWN_PORT,
-        )
+            value=environ.get(plan.variable) or str(plan.master), fix=OWN_PORT)
     raise SlurmEnvError(
         message + f": their launch IDs {variable}={value} and {other_key} draw the same port",
         variable="MASTER_PORT", value=str(plan.master),
         fix="start this launch again (a new launch draws a new ID, so a new port), or "
-        + OWN_PORT,
-    )
+        + OWN_PORT)

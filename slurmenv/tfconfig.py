@@ -94,9 +94,8 @@ def jobs_from(jobs: str | None, environ: Mapping[str, str]) -> str:
         return "--tf-jobs"
 
 
-def roles(
-    world_size: int, chief: bool = False, jobs: str | None = None, variable: str = JOBS_VARIABLE
-) -> list[tuple[str, int]]:
+def roles(world_size: int, chief: bool = False, jobs: str | None = None,
+          variable: str = JOBS_VARIABLE) -> list[tuple[str, int]]:
     """``(task type, index)`` of every rank: with ``jobs`` (``--tf-jobs``), consecutive
     slices of the ranks in :data:`JOB_NAMES` order; else ``worker`` r, or, with ``chief``
     (``--tf-chief``), rank 0 the ``chief`` and the others worker 0..n-2.
@@ -113,8 +112,7 @@ def roles(
         raise SlurmEnvError(
             "--tf-chief and --tf-jobs both say which rank is the chief", variable=variable,
             value=jobs, fix="drop --tf-chief (SLURMENV_TF_CHIEF): chief=1 in --tf-jobs makes "
-            "rank 0 the chief",
-        )
+            "rank 0 the chief")
     total = sum(count for _, count in parsed)
     if total != world_size:
         fixed = [(name, count) for name, count in parsed if name != "worker"]
@@ -126,15 +124,12 @@ def roles(
             f"the TensorFlow jobs add up to {total} tasks, but the step has {world_size}",
             variable=variable, value=jobs,
             fix=f"make the counts add up to the step's {world_size} tasks{hint}, or start "
-            f"{total} task{'s' if total != 1 else ''} (srun -n {total})",
-        )
+            f"{total} task{'s' if total != 1 else ''} (srun -n {total})")
     return [(name, index) for name, count in parsed for index in range(count)]
 
 
-def build(
-    workers: Sequence[str], rank: int, chief: bool = False, jobs: str | None = None,
-    variable: str = JOBS_VARIABLE,
-) -> dict[str, Any]:
+def build(workers: Sequence[str], rank: int, chief: bool = False, jobs: str | None = None,
+          variable: str = JOBS_VARIABLE) -> dict[str, Any]:
     """``{"cluster": {"worker": [...]}, "task": {"type": "worker", "index": rank}}``.
 
     ``workers[r]`` is ``host:port`` of rank ``r``. With ``chief``, rank 0 becomes the single
@@ -207,11 +202,9 @@ def _too_large(size: str, text: str | None) -> SlurmEnvError:
     return SlurmEnvError(
         f"TF_CONFIG would be {size}, over Linux's {MAX_ARG_STRLEN}-byte limit for "
         "one environment variable: every program started with it would fail",
-        variable="TF_CONFIG",
-        value=text,
+        variable="TF_CONFIG", value=text,
         fix="build the resolver in Python instead (slurmenv.tf.cluster_resolver() or "
-        "slurmenv.resolve().tf_config), or export without it: slurmenv export --for torch",
-    )
+        "slurmenv.resolve().tf_config), or export without it: slurmenv export --for torch")
 
 
 def cluster_roles(config: Mapping[str, Any]) -> list[tuple[str, int]]:

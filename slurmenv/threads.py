@@ -65,8 +65,7 @@ def cpus_per_task(environ: Mapping[str, str]) -> int | None:
         return None
     return parse_int(
         "SLURM_CPUS_PER_TASK", per_task, minimum=1,
-        fix="SLURM_CPUS_PER_TASK is set by srun -c N; do not set it by hand",
-    )
+        fix="SLURM_CPUS_PER_TASK is set by srun -c N; do not set it by hand")
 
 
 def omp_threads(value: str) -> int | None:

@@ -42,24 +42,23 @@ FIELDS = {"rank": "RANK", "local_rank": "LOCAL_RANK", "world_size": "WORLD_SIZE"
 #: What a chosen launcher and the detected one must both tell the same.
 COMPARED = ("rank", "local_rank", "world_size", "local_world_size")
 #: Exported by slurmenv's task prolog after its values: ``<job>.<step>:NAME,NAME,...``, the
-#: step it resolved and the names it set (slurmenv/taskprolog.py). A task of another step (a
+#: step it resolved and the names it set (slurmenv/commands/taskprolog.py). A task of another step (a
 #: ``srun`` inside ``srun --pty bash`` of an opted-in job) inherits them: they are slurmenv's
 #: values for that step, not the user's, and are resolved again as if unset.
 SET_BY = "SLURMENV_SET_BY"
 FORCED_FIX = (
     "unset SLURMENV_LAUNCHER (or drop --launcher): a chosen launcher picks among readings "
     "that agree and never silences one that contradicts; unset the variables that describe "
-    "another world (a stale copy, set by hand or exported in the batch script)"
-)
+    "another world (a stale copy, set by hand or exported in the batch script)")
+LAUNCHER_FIX = (
+    "unset SLURMENV_LAUNCHER (or drop --launcher) to let slurmenv detect the launcher, or run "
+    "where that launcher started the task")
 FIX = (
     "unset the variables that describe another world (a stale copy, set by hand or exported "
-    "in the batch script) and resolve inside the task the launcher started"
-)
+    "in the batch script) and resolve inside the task the launcher started")
 
 
-def check(
-    environ: Mapping[str, str], task: Task, chosen: ModuleType, forced: str | None
-) -> None:
+def check(environ: Mapping[str, str], task: Task, chosen: ModuleType, forced: str | None) -> None:
     """Refuse ``task`` (read by ``chosen``) unless every detecting launcher's facts agree with
     it and, when a launcher was chosen (``forced``: its registry name), the detected launcher
     reads the same world (module docstring)."""
@@ -87,23 +86,48 @@ def _told(task: Task, field: str) -> str:
     return f"{output}={getattr(task, field)} ({task.sources.get(output, task.launcher)})"
 
 
-def _disagree(
-    task: Task, chosen: ModuleType, field: str, other: ModuleType, variable: str, text: str,
-    forced: str | None,
-) -> SlurmEnvError:
+def _disagree(task: Task, chosen: ModuleType, field: str, other: ModuleType, variable: str,
+              text: str, forced: str | None) -> SlurmEnvError:
     who = "its own variable" if other is chosen else \
         f"the {other.NAME} launcher detects this task too"
     how = ", chosen with --launcher or SLURMENV_LAUNCHER," if forced is not None else ""
     return SlurmEnvError(
         f"the {chosen.NAME} launcher{how} reads {_told(task, field)}, but {variable}={text} "
         f"({who}): two sources describe different worlds, so neither is taken",
-        variable=variable, value=text, fix=FORCED_FIX if forced is not None else FIX,
-    )
+        variable=variable, value=text, fix=FORCED_FIX if forced is not None else FIX)
 
 
-def _check_detected(
-    environ: Mapping[str, str], task: Task, chosen: ModuleType, forced: str
-) -> None:
+def launcher_of(environ: Mapping[str, str], name: str | None) -> ModuleType:
+    """The launcher module that reads this task: the one chosen (``name``; refused when its
+    ``detect`` is false here), else the registry's first that detects it."""
+    if name is None:
+        return launchers.detect(environ)
+    module = launchers.load(name)
+    if module.detect(environ):
+        return module
+    own = module.TASK_VARIABLES or module.VARIABLES
+    missing = [variable for variable in own if not environ.get(variable)]
+    shown = ", ".join(missing[:4]) + (", ..." if len(missing) > 4 else "")
+    if missing and len(missing) < len(own):
+        told = f"{len(missing)} of its {len(own)} variables are unset or empty ({shown})"
+    elif missing:
+        told = f"none of its variables is set ({shown})"
+    else:
+        told = "its variables are set, but it does not take this task as its own"
+    raise _refused_choice(name, f", but it does not detect this task: {told}; without the "
+                          "choice,", launchers.detect(environ), "", "SLURMENV_LAUNCHER", name,
+                          LAUNCHER_FIX)
+
+
+def _refused_choice(name: str, but: str, detected: ModuleType, after: str, variable: str | None,
+                    value: str | None, fix: str = FORCED_FIX) -> SlurmEnvError:
+    return SlurmEnvError(
+        f"the {name} launcher was chosen (--launcher, SLURMENV_LAUNCHER or launcher=){but} "
+        f"slurmenv detects {detected.NAME}{after}", variable=variable, value=value, fix=fix)
+
+
+def _check_detected(environ: Mapping[str, str], task: Task, chosen: ModuleType,
+                    forced: str) -> None:
     """The launcher detected without the choice reads the same world as the chosen one."""
     detected = launchers.detect(environ)
     if detected is chosen:
@@ -111,19 +135,14 @@ def _check_detected(
     try:
         theirs: Task = detected.read(environ)
     except SlurmEnvError as err:
-        raise SlurmEnvError(
-            f"the {chosen.NAME} launcher was chosen (--launcher or SLURMENV_LAUNCHER), but "
-            f"slurmenv detects {detected.NAME} here, which refuses this task: {err.message}",
-            variable=err.variable, value=err.value, fix=FORCED_FIX,
-        ) from None
+        raise _refused_choice(chosen.NAME, ", but", detected, " here, which refuses this task: "
+                              + err.message, err.variable, err.value) from None
     for field in COMPARED:
         if getattr(theirs, field) != getattr(task, field):
-            raise SlurmEnvError(
-                f"the {chosen.NAME} launcher was chosen (--launcher or SLURMENV_LAUNCHER) and "
-                f"reads {_told(task, field)}, but slurmenv detects {detected.NAME} here, which "
-                f"reads {_told(theirs, field)}: two sources describe different worlds",
-                variable="SLURMENV_LAUNCHER", value=forced, fix=FORCED_FIX,
-            )
+            raise _refused_choice(
+                chosen.NAME, f" and reads {_told(task, field)}, but", detected,
+                f" here, which reads {_told(theirs, field)}: two sources describe different "
+                "worlds", "SLURMENV_LAUNCHER", forced)
 
 
 # -- the prolog's marker, applied before anything is read ---------------------------------

@@ -19,6 +19,7 @@ import pathlib
 import re
 import sys
 from collections.abc import Callable
+from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 REGENERATE = "python tests/regen.py"  # every generated page at once (this module's too)
@@ -123,12 +124,46 @@ def _own_options() -> list[tuple[str, str, str]]:
     return found
 
 
+def options_table(options: Any = None) -> str:
+    """The options table (slurmenv/options.py, or a module built like it) as a page."""
+    if options is None:
+        from slurmenv import options
+    negative_flag = options.negative_flag
+    lines = [
+        "# Options",
+        "",
+        ("<!-- Generated from the table in slurmenv/options.py by `" + REGENERATE + "`; "
+         "tests/test_options.py checks it. -->"),
+        "",
+        ("Every resolution option is a command-line flag of `export`, `exec`, `show`, `doctor` "
+         "and `dump`, a `SLURMENV_*` variable (set once in the batch script, it reaches every "
+         "task through `srun`) and a keyword of `slurmenv.resolve()`. A flag or keyword wins "
+         "over its variable. Yes/no variables take `1`, `true`, `yes`, `on` or `0`, `false`, "
+         "`no`, `off`. `slurmenv torchrun` takes the options marked *torchrun*."),
+        "",
+        "| flag | variable | default | meaning |",
+        "| --- | --- | --- | --- |",
+    ]
+    for row in options.TABLE:
+        flag = f"`{row.flag} {row.metavar}`" if row.metavar else f"`{row.flag}`"
+        if row.negative:
+            flag += f", `{negative_flag(row)}`"
+        meaning = row.help + (f"; `{negative_flag(row)}`: {row.negative}" if row.negative else "")
+        meaning += " (*torchrun*)" if row.torchrun else ""
+        meaning = meaning.replace("|", "\\|")
+        lines.append(f"| {flag} | `{row.variable}` | {options.default_text(row)} | {meaning} |")
+    lines.append(f"| `--for SET` | `{options.FOR_VARIABLE}` | all | {options.FOR_HELP} (export, exec, show, "
+                 "doctor and the task prolog; not a keyword of `resolve()`: pass it to "
+                 "`Resolution.env(for_)`) |")
+    lines += ["", "Python: `slurmenv.resolve(" + ", ".join(
+        f"{row.field}=..." for row in options.TABLE) + ")`.", ""]
+    return "\n".join(lines)
+
+
 def options_page() -> str:
     """docs/options.md: the options table (slurmenv/options.py), then each command's own
     options (from the parsers) and every other SLURMENV variable."""
-    from slurmenv import options
-
-    lines = [options.markdown().rstrip("\n"), "", "## Each command's own options", "",
+    lines = [options_table().rstrip("\n"), "", "## Each command's own options", "",
              "Generated from the commands' parsers. Besides the options above, and `-h`/`--help`:",
              "", "| command | option | meaning |", "| --- | --- | --- |"]
     lines += [f"| `{command}` | {flag} | {text.replace('|', chr(92) + '|')} |"

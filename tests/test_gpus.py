@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import slurmenv
 from slurmenv import gpus
 from slurmenv.errors import SlurmEnvError
+from slurmenv.resolution import gpus_per_rank
 
 HOSTS = ["g1n1", "g1n2"]
 
@@ -209,10 +210,10 @@ def test_apply_replaces_the_shared_list() -> None:
 
 def test_per_rank_for_show() -> None:
     env = gpu_env([2, 2], 0, "0,1,2,3")
-    assert gpus.per_rank(resolve(env, bind_gpus=True), env) == [
+    assert gpus_per_rank(resolve(env, bind_gpus=True), env) == [
         ("0", "1"), ("2", "3"), None, None]
-    assert gpus.per_rank(resolve(env), env) == [("0", "1", "2", "3")] * 2 + [None, None]
-    assert gpus.per_rank(resolve(synth.step_env(HOSTS, [1, 1], 0)), synth.step_env(
+    assert gpus_per_rank(resolve(env), env) == [("0", "1", "2", "3")] * 2 + [None, None]
+    assert gpus_per_rank(resolve(synth.step_env(HOSTS, [1, 1], 0)), synth.step_env(
         HOSTS, [1, 1], 0)) is None
 
 

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import slurmenv
-from slurmenv import SlurmEnvError, dump, launchers, ports, render
+from slurmenv import SlurmEnvError, dump, launchers, ports
 from slurmenv import readfile as files
 from slurmenv.launchers import evidence
 
@@ -35,7 +35,7 @@ def resolve(env: Mapping[str, str], **options: object) -> slurmenv.Resolution:
 def refused(env: Mapping[str, str], **options: object) -> SlurmEnvError:
     with pytest.raises(SlurmEnvError) as info:
         res = resolve(env, **options)
-        render.env(res, "all")
+        res.env("all")
     return info.value
 
 
@@ -177,7 +177,7 @@ def test_other_launchers_files_are_read_the_same_way(variable: str) -> None:
     env = {**PBS_RANK0, "PALS_APINFO": "/nonexistent/apinfo", variable: "/dev/zero"}
     with pytest.raises(SlurmEnvError) as info:
         res = resolve(env)
-        render.env(res, "all")
+        res.env("all")
     assert info.value.variable == variable and "not a regular file" in info.value.message
 
 
@@ -263,7 +263,7 @@ def test_any_text_in_any_variable_resolves_or_is_refused(
     env = {**base, **changes}
     try:
         res = resolve(env)
-        out = render.env(res, "all")
+        out = res.env("all")
     except SlurmEnvError as exc:
         assert exc.message
         return

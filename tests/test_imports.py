@@ -6,7 +6,7 @@ Which imports count (the edges of the graph ``import_edges`` builds from each mo
 * module level: ``import x`` / ``from . import x`` at the top of a module;
 * ``if TYPE_CHECKING:``: never executed, but a type names the module it comes from: a loop of
   types is a loop of layers all the same (a lower module names a higher one's type only with
-  its reason in :data:`ALLOWED_LOOPS`, as ``render.py`` and ``gpus.py`` name ``Resolution``);
+  its reason in :data:`ALLOWED_LOOPS`);
 * inside a function: lazy imports are how ``slurmenv export`` stays lean (a module is loaded
   only on the path that needs it), not a way around the layers: they count too.
 
@@ -202,24 +202,15 @@ ALLOWED_LOOPS: dict[tuple[str, ...], str] = {
         "package's name): the split of the doctor's checks (issue 27) kept those names, so "
         "the loop stays"
     ),
-    ("slurmenv.resolution", "slurmenv.render", "slurmenv.gpus"): (
-        "a Resolution is data and rendering is a function of it: render and gpus take a "
-        "Resolution (its type, under TYPE_CHECKING only) and resolution.py imports none of "
-        "them at module level; Resolution.env() and apply(), public API, call render.env and "
-        "render.apply through an import at call time (the only edge back)"
-    ),
 }
 
 
-def test_rendering_is_a_function_of_the_resolution() -> None:
-    # The one edge back of the resolution/render loop is Resolution.env/apply's import at
-    # call time: resolution imports render and gpus at no module level, and they name the
-    # Resolution for types only (no Protocol restating its fields).
-    below = import_edges("slurmenv.resolution")
-    assert below.get("slurmenv.render") == LAZY and "slurmenv.gpus" not in below, below
+def test_rendering_names_no_resolution() -> None:
+    # A Resolution is data with its values (env, apply) in resolution.py; the output sets'
+    # names, the formats (render.py) and GPU binding (gpus.py) lie below it and never name it.
     for name in ("slurmenv.render", "slurmenv.gpus"):
-        assert import_edges(name)["slurmenv.resolution"] == TYPES, name
-        assert "Protocol" not in MODULES[name].read_text(encoding="utf-8"), name
+        assert "slurmenv.resolution" not in import_edges(name), name
+    assert import_edges("slurmenv.resolution")["slurmenv.render"] == TOP
 
 
 def allowed(component: list[str]) -> bool:
@@ -332,9 +323,77 @@ def test_every_package_is_installed() -> None:
     assert sorted(listed) == sorted(packages)
 
 
-#: What launchers/ may import outside its own package: the rules below the launchers.
-BELOW_LAUNCHERS = {"slurmenv.lean", "slurmenv.errors", "slurmenv.ports", "slurmenv.layout",
-                   "slurmenv.nodes", "slurmenv.readfile"}
+#: The layers, lowest first: a module imports (in any way that counts) only its own layer and
+#: those below. The rules below the launchers; the launchers (one module each, ``launchers/``);
+#: the resolver core above them (pipeline, resolution, render, options, ...; the package's
+#: ``__init__``: the public API); the framework helpers (public import paths); the command line
+#: the commands share (``commands/console.py``); dump; the doctor (the step check inside it);
+#: the commands (``commands/``, which load doctor and dump by name, and ``__main__``).
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("rules", ("slurmenv.lean", "slurmenv.errors", "slurmenv.ports", "slurmenv.layout",
+               "slurmenv.nodes", "slurmenv.readfile")),
+    ("launchers", ("slurmenv.launchers",)),
+    ("core", ("slurmenv",)),
+    ("frameworks", ("slurmenv.torch", "slurmenv.tf", "slurmenv.jax", "slurmenv.lightning",
+                    "slurmenv.notebook")),
+    ("command line", ("slurmenv.commands", "slurmenv.commands.console")),
+    ("dump", ("slurmenv.dump",)),
+    ("doctor", ("slurmenv.doctor",)),
+    ("commands", ("slurmenv.commands.", "slurmenv.__main__")),
+)
+#: The arrows allowed back up (importer, imported package), each with its reason: ONE at most.
+UP_ALLOWED: dict[tuple[str, str], str] = {
+    ("slurmenv.dump.capture", "slurmenv.doctor"): (
+        "dump --probe records the doctor's probe of this node (doctor.probe): the doctor/dump "
+        "loop of ALLOWED_LOOPS, which issue 34 removes"
+    ),
+}
+BELOW_LAUNCHERS = set(LAYERS[0][1])
+
+
+def layer_of(name: str) -> int:
+    """The index in :data:`LAYERS` of module ``name``: its longest matching entry (an entry
+    ending in ``.`` matches the modules below it but not the package itself)."""
+    best, found = -1, 0
+    for index, (_, entries) in enumerate(LAYERS):
+        for entry in entries:
+            match = name == entry or name.startswith(entry if entry.endswith(".") else entry + ".")
+            if match and len(entry) > best:
+                best, found = len(entry), index
+    assert best >= 0, name
+    return found
+
+
+def test_the_layers_are_declared() -> None:
+    assert layer_of("slurmenv.pipeline") == layer_of("slurmenv") == 2
+    assert layer_of("slurmenv.ports") == 0 and layer_of("slurmenv.launchers.slurm") == 1
+    assert layer_of("slurmenv.commands") == layer_of("slurmenv.commands.console") == 4
+    assert layer_of("slurmenv.commands.main") == layer_of("slurmenv.__main__") == 7
+    assert layer_of("slurmenv.doctor.stepcheck.rank0") == 6
+
+
+def test_nothing_imports_a_higher_layer() -> None:
+    """Each arrow back up is named in :data:`UP_ALLOWED` with its reason (one at most), and
+    every one named is still there."""
+    assert len(UP_ALLOWED) <= 1 and all(reason.strip() for reason in UP_ALLOWED.values())
+    up = set()
+    for name in MODULES:
+        for target, how in import_edges(name).items():
+            if layer_of(target) > layer_of(name):
+                up.add((name, target, how))
+    allowed = {(a, t) for a, t, _ in up for (b, package) in UP_ALLOWED
+               if a == b and (t == package or t.startswith(package + "."))}
+    back = sorted(f"{a} -> {t} ({how}): {LAYERS[layer_of(a)][0]} -> {LAYERS[layer_of(t)][0]}"
+                  for a, t, how in up if (a, t) not in allowed)
+    assert back == [], "arrows back up (see LAYERS):\n" + "\n".join(back)
+    stale = [key for key in UP_ALLOWED if not any(a == key[0] for a, _ in allowed)]
+    assert stale == [], f"no longer imported: remove them from UP_ALLOWED: {stale}"
+
+
+def test_no_module_is_over_500_lines() -> None:
+    long = {name: n for name, path in MODULES.items()
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > 500}
+    assert long == {}, f"split them by what they hold: {long}"
 
 
 def test_launchers_import_nothing_above_them() -> None:

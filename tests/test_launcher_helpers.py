@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmenv import launchers, pipeline, ports
+from slurmenv import launchers, ports
 from slurmenv.errors import MAX_DIGITS, SlurmEnvError
 from slurmenv.launchers import base
 
@@ -148,7 +148,7 @@ def test_every_launcher_gives_group_rank_node_ranks_source() -> None:
             "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "1", "NNODES": "4"}  # fmt: skip
     hydra = {"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"}
     for env in (step, hand, {}, hydra):
-        task = pipeline.read(env)
+        task = launchers.detect(env).read(env)
         assert task.sources["GROUP_RANK"] == task.sources["NODE_RANK"], task.launcher
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import doc_tables
 import pytest
 import synth
 
@@ -192,7 +193,7 @@ def test_torchrun_passes_its_options_to_the_resolution() -> None:
 def test_docs_page_is_the_table() -> None:
     page = (ROOT / "docs" / "options.md").read_text(encoding="utf-8")
     # then each command's own options and the other variables (tests/doc_tables.py)
-    assert page.startswith(options.markdown()), f"regenerate it: {options.REGENERATE}"
+    assert page.startswith(doc_tables.options_table()), f"regenerate it: {doc_tables.REGENERATE}"
     for row in TABLE:
         assert f"`{row.variable}`" in page and f"`{row.flag}" in page
 
@@ -232,7 +233,7 @@ def test_adding_an_option_is_one_row(tmp_path: Path) -> None:
     extra.add_arguments(parser, args)
     assert extra.given_in(parser.parse_args(["--extra=h4"])) == {"extra": "h4"}
     assert {"SLURMENV_EXTRA", "--extra"} <= extra.names()
-    assert "| `--extra X` | `SLURMENV_EXTRA` | unset |" in extra.markdown()
+    assert "| `--extra X` | `SLURMENV_EXTRA` | unset |" in doc_tables.options_table(extra)
 
 
 #: A kind of option that slurmenv does not have, written as its one entry.
@@ -268,7 +269,7 @@ def test_an_option_of_a_new_kind_is_one_kind_and_its_row(tmp_path: Path) -> None
             "SLURMENV_EXTRA_COUNT", bad, "give a whole number, 1 or more")
     values, _ = extra.parse_leading(["--extra-count", "5"], extra.arguments())
     assert extra.from_environ({}, **extra.given_in(values)).extra_count == 5
-    assert "| `--extra-count N` | `SLURMENV_EXTRA_COUNT` | unset | how many |" in extra.markdown()
+    assert "| `--extra-count N` | `SLURMENV_EXTRA_COUNT` | unset | how many |" in doc_tables.options_table(extra)
 
 
 def test_master_addr_reaches_the_options(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import doc_tables
 import pytest
 import synth
 
@@ -201,7 +202,7 @@ def test_the_console_script_and_the_checkout_shim_print_the_protocol() -> None:
 
 def test_slurmenv_for_is_in_the_options_page() -> None:
     assert options.OUTPUT_SETS == tuple(sorted(render.OUTPUTS))
-    assert "`SLURMENV_FOR`" in options.markdown()
+    assert "`SLURMENV_FOR`" in doc_tables.options_table()
 
 
 def big_step() -> dict[str, str]:

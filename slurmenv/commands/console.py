@@ -10,9 +10,9 @@
   (:func:`write_output`), and how a console script runs and its process ends once it is
   written (:func:`run_script`, :func:`end`).
 
-``show``, ``doctor``, ``dump``, ``torchrun`` and ``cli`` (which loads those commands by name)
+``show``, ``doctor``, ``dump``, ``torchrun`` and ``main`` (which loads those commands by name)
 import this module; it imports no command. ``slurmenv export`` loads it only when it fails or
-goes through argparse, and to write its output and end (``cli._fast_args``).
+goes through argparse, and to write its output and end (``main._fast_args``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 ``main`` dispatches: ``export``, ``exec`` and ``help`` are here; ``show``, ``doctor``, ``dump``,
 ``torchrun`` and ``completion`` live in their own modules, loaded by name when used (:data:`EXTERNAL`). What
 the commands share (the resolution options, error messages, failing closed) is in
-``commandline.py``, below all of them; ``main`` loads it first (every command ends through
+``console.py``, below all of them; ``main`` loads it first (every command ends through
 it), so that a handler never has to import it after a failure such as a MemoryError.
 """
 
@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# export and exec resolve as commandline.resolve_from_args does, and import commandline only to
+# export and exec resolve as console.resolve_from_args does, and import console only to
 # refuse: the path of every task of a step loads no module for it.
 def cmd_export(args: argparse.Namespace) -> int:
     if args.shell and args.format:
@@ -195,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Loaded before anything can fail (every command ends through it anyway): after a
     # MemoryError, importing it in the handlers below could fail again, with a traceback.
-    from . import console as commandline
+    from . import console
 
     for stream in (sys.stdout, sys.stderr):  # a value the locale cannot encode: escaped, not a
         reconfigure = getattr(stream, "reconfigure", None)  # traceback (export writes UTF-8)
@@ -206,32 +206,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         if exc.code not in (0, None) and argv[:1] != ["completion"]:
             # (completion's stdout goes into a completion file, never to eval: no guard there)
-            _fail_closed_quietly(commandline, _asked_format(argv))
+            _fail_closed_quietly(console, _asked_format(argv))
         raise
     except KeyboardInterrupt:  # Ctrl-C or a SIGINT: stop, and no traceback
-        _fail_closed_quietly(commandline, _asked_format(argv))
-        commandline.say("slurmenv: interrupted. Nothing was exported.\n")
+        _fail_closed_quietly(console, _asked_format(argv))
+        console.say("slurmenv: interrupted. Nothing was exported.\n")
         return 130  # 128 + SIGINT, as a shell reports it
     except BrokenPipeError:
         # the reader went away (| head): nothing more to say to it, and no traceback
-        commandline.silence_stdout()
+        console.silence_stdout()
         return 1
     except Exception as exc:
-        _fail_closed_quietly(commandline, _asked_format(argv))
+        _fail_closed_quietly(console, _asked_format(argv))
         if os.environ.get("SLURMENV_DEBUG", "") not in ("", "0"):
             raise
-        status, message = commandline.unexpected(exc, "Nothing was exported.")
-        commandline.say(message)
+        status, message = console.unexpected(exc, "Nothing was exported.")
+        console.say(message)
         return status
 
 
-def _fail_closed_quietly(commandline: ModuleType, fmt: str | None) -> None:
-    """``commandline.fail_closed``, when stdout can still be written to (the module is
+def _fail_closed_quietly(console: ModuleType, fmt: str | None) -> None:
+    """``console.fail_closed``, when stdout can still be written to (the module is
     passed in, loaded before the failure: see :func:`main`)."""
     try:
-        commandline.fail_closed(fmt)
+        console.fail_closed(fmt)
     except (OSError, ValueError):
-        commandline.silence_stdout()
+        console.silence_stdout()
 
 
 def _run(argv: list[str]) -> int:
@@ -260,7 +260,7 @@ def _run(argv: list[str]) -> int:
     return COMMANDS[args.command](args)
 
 
-# --- the shell whose failure text main prints (commandline.fail_closed) -------------------
+# --- the shell whose failure text main prints (console.fail_closed) -------------------
 def _asked_format(argv: Sequence[str]) -> str | None:
     """The shell (``--shell``) or format (``--format``) a command line asks for, or None."""
     for i, token in enumerate(argv):

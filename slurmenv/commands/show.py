@@ -21,7 +21,7 @@ from typing import Any
 
 from .. import gpus, options, tfconfig
 from ..errors import SlurmEnvError, is_number, printable
-from ..resolution import Resolution
+from ..resolution import Resolution, gpus_per_rank
 from .console import add_resolution_options, print_error, resolve_from_args, say, write_output
 
 #: How the GPU column was computed (see gpu_column).
@@ -58,9 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 # -- helpers -------------------------------------------------------------------------------
 def _gpus_module_column(res: Resolution, environ: Mapping[str, str]) -> list[str] | None:
-    """Per-rank GPUs from ``slurmenv.gpus.per_rank`` (None when no GPU list is set)."""
+    """Per-rank GPUs from ``resolution.gpus_per_rank`` (None when no GPU list is set)."""
     try:
-        values = gpus.per_rank(res, environ)
+        values = gpus_per_rank(res, environ)
     except SlurmEnvError:
         return None
     if values is None or len(values) != res.world_size:

@@ -22,7 +22,7 @@ slurmenv fills ``--node-rank``, ``--master-addr`` and ``--master-port`` instead 
 options. ``--node-rank`` is not passed with c10d: torchrun ignores it there (with a warning)
 and numbers the nodes itself at the rendezvous.
 
-``render.pet_env`` gives the same values as torchrun's ``PET_*`` variables for users who call
+``resolution.pet_env`` gives the same values as torchrun's ``PET_*`` variables for users who call
 ``torchrun`` themselves (``slurmenv export --for torchrun``).
 """
 
@@ -36,8 +36,12 @@ from typing import TYPE_CHECKING, Any
 from .. import _AUTO
 from ..errors import SlurmEnvError
 from ..lean import NamedTuple
-from ..render import check_one_per_node, filled_values, nproc_per_node  # export --for torchrun's
-from ..resolution import Resolution
+from ..resolution import (  # export --for torchrun's
+    Resolution,
+    check_one_per_node,
+    filled_values,
+    nproc_per_node,
+)
 
 if TYPE_CHECKING:
     from ..options import Arg

@@ -115,7 +115,7 @@ def bad_hosts(hosts: Sequence[str]) -> Sequence[str]:
         joined.isascii() and joined.replace(".", "a").replace("-", "a").replace("_", "a").isalnum()
         and ".." not in joined and ".-" not in joined and "-." not in joined
         and joined[0] != "-" and joined[-1] != "-"
-        and max(len(part) for part in joined.split(".")) <= MAX_LABEL
+        and max(map(len, joined.split("."))) <= MAX_LABEL
         and max(map(len, hosts)) <= MAX_HOST
     ):
         return ()
@@ -201,12 +201,16 @@ class Topology:
         the ephemeral range."""
         self.port_plan = plan
         self.address = address
+        self.__dict__.pop("_addressed", None)  # addresses made with another function
         self.ephemeral = ephemeral
 
     def addresses(self, hosts: Sequence[str]) -> list[str]:
         """The address of each host (the address template applied, if any), all checked as
         host names at once (:func:`bad_hosts`): a refusal names the template when there is
         one, else the node name."""
+        done = self.__dict__.get("_addressed")
+        if done is not None and done[0] is hosts:  # TF_CONFIG's bound, then its workers
+            return done[1]  # type: ignore[no-any-return]
         address = self.address
         made = list(hosts) if address is None else [address(host, False) for host in hosts]
         for bad in bad_hosts(made):
@@ -215,6 +219,7 @@ class Topology:
             check_host("TF_CONFIG", bad, "fix the node names the launcher gives, or give an "
                        "address template (--addr-template) that makes host names of them",
                        what="the node name")
+        self._addressed = (hosts, made)
         return made
 
     def tf_bound(self, world_size: int) -> int:
