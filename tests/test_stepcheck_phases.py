@@ -374,7 +374,7 @@ def test_the_open_file_limit_is_raised_or_named(soft: int, hard: int, sound: boo
 
 
 SPIN = """import os, resource, socket, sys
-from slurmenv.doctor.stepcheck import server
+from slurmenv.doctor.stepcheck import rank0 as server
 port = int(sys.argv[1])
 own = {{"world_size": 3, "job": "1", "step": "0", "master_addr": "127.0.0.1",
         "master_port": port, "launcher": "slurm"}}

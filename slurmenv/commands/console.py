@@ -74,9 +74,9 @@ def print_error(exc: SlurmEnvError) -> None:
 def step_timeout(environ: Mapping[str, str], given: str | None) -> float:
     """The step check's timeout: ``--step-timeout`` (``given``), else ``SLURMENV_STEP_TIMEOUT``,
     else the default (``stepcheck.timeout_from``, which reads it by the one number rule)."""
-    from ..doctor import stepcheck
+    from ..doctor.stepcheck.check import timeout_from
 
-    return stepcheck.timeout_from(environ, given)
+    return timeout_from(environ, given)
 
 
 def usage_error(message: str) -> NoReturn:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..dump.probe import resolve_for_doctor
 from . import (  # noqa: F401 - importing them registers their checks
     checks_frameworks,
     checks_network,
@@ -24,7 +25,7 @@ from . import (  # noqa: F401 - importing them registers their checks
     checks_step,
     registry,
 )
-from .context import Context, from_error, resolve_for_doctor
+from .context import Context, from_error
 from .report import SKIPPED, Check, Report
 
 #: The checks in the order of the report (a check's module registers it; this places it).

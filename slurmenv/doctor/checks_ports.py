@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .. import ports
+from ..dump.probe import ports_here
 from ..errors import to_int
-from .context import Context, ports_here
+from .context import Context
 from .registry import check
 from .report import ERROR, OK, WARNING, Check
 

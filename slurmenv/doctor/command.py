@@ -10,14 +10,13 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..commands.console import write_output
+from ..dump.probe import probe, resolve_for_doctor
 from ..errors import SlurmEnvError
 from .checks import diagnose
-from .context import resolve_for_doctor
-from .probe import probe
 from .report import Report, format_report, to_json, use_colour
 
 if TYPE_CHECKING:
-    from ..dump import Dump
+    from ..dump.replay import Dump
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,7 +94,7 @@ def step(options: Mapping[str, Any], timeout: str | None, from_file: str | None)
     """``doctor --step``: the step check (slurmenv.doctor.stepcheck) in this task."""
     from .. import resolve
     from ..commands.console import print_error, step_timeout, usage_error
-    from . import stepcheck
+    from .stepcheck.check import main_for
 
     if from_file:
         usage_error("--step checks a running step: it cannot replay a dump (--from)")
@@ -105,14 +104,15 @@ def step(options: Mapping[str, Any], timeout: str | None, from_file: str | None)
     except SlurmEnvError as exc:
         print_error(exc)
         return 1
-    return stepcheck.main_for(res, options, seconds)
+    return main_for(res, options, seconds)
 
 
 def main(argv: Sequence[str]) -> int:
     """``slurmenv doctor``; returns 1 when any check gives an error, else 0."""
     from .. import ports
     from ..commands.console import print_error
-    from ..dump import load, options_from_args
+    from ..dump.command import options_from_args
+    from ..dump.replay import load
 
     args = build_parser().parse_args(argv)
     options = options_from_args(args)

@@ -2,8 +2,8 @@
 
 A check is one function ``(Context) -> Check`` registered with :func:`check` in a topic
 module of ``checks/``; ``checks/__init__.py``'s ``ORDER`` puts them in the order of the report
-(:func:`order`). Each says in one line what it looks at: :func:`markdown` makes
-docs/doctor.md's table of them.
+(:func:`order`). Each says in one line what it looks at (docs/doctor.md's table of them is
+made by tests/doc_tables.py).
 
 The guard every check would otherwise open with is declared in its record and run once, by
 ``checks.diagnose``: a check with ``resolution=True`` is not called without a resolution (its
@@ -97,10 +97,3 @@ def order(names: Sequence[str]) -> None:
             f"{sorted(by_name)} once"
         )
     ENTRIES[:] = [by_name[name] for name in names]
-
-
-def markdown() -> str:
-    """docs/doctor.md's table: every check (in print order) and what it looks at."""
-    lines = ["| check | what it looks at |", "|---|---|"]
-    lines += [f"| `{entry.label}` | {entry.looks_at} |" for entry in ENTRIES]
-    return "\n".join(lines)

@@ -244,7 +244,7 @@ def collect(
         res = None
         data["resolution"] = error_dict(exc)
     if probe:
-        from ..doctor.probe import probe as probe_node
+        from .probe import probe as probe_node
 
         data["probe"] = probe_node(env, options=opts)
     return data

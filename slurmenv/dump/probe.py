@@ -1,8 +1,7 @@
-"""The facts of this node, the only doctor code that touches the machine: DNS for the master,
-the kernel's route to it, the network interfaces and listening sockets (psutil), the CPUs.
-
-The result is JSON-ready: ``slurmenv dump --probe`` records it and ``doctor --from`` replays
-the checks on it anywhere.
+"""The facts of this node that ``slurmenv doctor`` checks, the only code of the doctor's that
+touches the machine: DNS for the master, the kernel's route to it, the network interfaces and
+listening sockets (psutil), the CPUs. ``slurmenv dump --probe`` records them and
+``doctor --from`` replays the checks on them anywhere, so they live here, below both.
 """
 
 from __future__ import annotations
@@ -11,11 +10,53 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .. import resolve, tfconfig
+from ..errors import SlurmEnvError
 from ..resolution import Resolution
-from .context import FIRST_FACTS, ports_here, resolve_for_doctor
 
 #: Every node fact the probe records: a new one is gathered in :func:`_facts` and named here.
 FACTS = ("hostname", "cpus", "interfaces", "master", "route", "listening", "lightning")
+#: The facts of the first probe (slurmenv 0.1.0), which left out ``master``, ``route`` and
+#: ``listening`` when they did not apply. Every later fact is always written (None when it does
+#: not apply), so a dump without one was recorded before it existed. Never extended.
+FIRST_FACTS = ("hostname", "cpus", "interfaces", "master", "route", "listening")
+
+
+def resolve_for_doctor(
+    environ: Mapping[str, str], options: Mapping[str, Any]
+) -> tuple[Resolution | None, SlurmEnvError | None]:
+    """Resolve without DNS and without the ephemeral check: doctor makes both itself."""
+    opts = {k: v for k, v in options.items() if v is not None}
+    opts["resolve_addr"] = False
+    try:
+        return resolve(environ, ephemeral_range=None, **opts), None
+    except SlurmEnvError as exc:
+        return None, exc
+    except ValueError as exc:  # a TF_CONFIG set by hand that is not JSON
+        return None, SlurmEnvError(
+            f"TF_CONFIG is set but is not JSON ({exc})", variable="TF_CONFIG",
+            value=environ.get("TF_CONFIG"), fix="unset TF_CONFIG and let slurmenv build it",
+        )
+
+
+def ports_here(res: Resolution) -> list[tuple[int, str]]:
+    """The ports this node's tasks will listen on: ``(port, what)``."""
+    try:
+        node_of: Sequence[int] = res.node_of
+        master_here = node_of[0] == res.node_rank
+        ranks = [r for r, n in enumerate(node_of) if n == res.node_rank]
+    except SlurmEnvError:
+        master_here, ranks = res.rank == 0, [res.rank]
+    out = [(res.master_port, "MASTER_PORT, rank 0")] if master_here else []
+    try:
+        addresses = res.tf_addresses
+    except SlurmEnvError:
+        return out
+    for rank in ranks:
+        port = tfconfig.port_of(addresses[rank]) if rank < len(addresses) else None
+        if port is not None:
+            out.append((port, f"TensorFlow, rank {rank}"))
+    return out
 
 
 def probe(
@@ -26,7 +67,7 @@ def probe(
     """Look at this node: DNS for the master, the route to it, listening ports, CPUs.
 
     The result is JSON-ready (``slurmenv dump --probe`` records it). Its keys are ``FACTS``;
-    each fact added after ``context.FIRST_FACTS`` is always there (None when it does not
+    each fact added after ``FIRST_FACTS`` is always there (None when it does not
     apply), so that a dump without it is known to predate it.
     """
     env = os.environ if environ is None else environ
