@@ -83,7 +83,7 @@ def probe(
 def _facts(res: Resolution | None) -> dict[str, Any]:
     import socket
 
-    facts: dict[str, Any] = {"hostname": socket.gethostname(), "cpus": _cpus()}
+    facts: dict[str, Any] = {"hostname": socket.gethostname(), "cpus": cpus()}
     facts["interfaces"] = _interfaces()
     facts["lightning"] = _lightning()
     if res is None:
@@ -105,7 +105,7 @@ def _lightning() -> bool:
     return any(importlib.util.find_spec(p) is not None for p in ("lightning", "pytorch_lightning"))
 
 
-def _cpus() -> dict[str, int | None]:
+def cpus() -> dict[str, int | None]:
     try:
         affinity: int | None = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):

@@ -44,12 +44,8 @@ class Dump(NamedTuple):
 
     @contextmanager
     def environment(self) -> Iterator[dict[str, str]]:
-        """The recorded environment, to resolve inside the ``with`` block.
-
-        Each recorded file (``SLURM_HOSTFILE``, the PALS apinfo file, ...) is a temporary copy
-        its variable points at. Resolve with :attr:`replay_options`, which carry the recorded
-        task's CPU count.
-        """
+        """The recorded environment, each recorded file a temporary copy its variable points
+        at (a file not recorded: :func:`capture.unrecorded_path`), for the ``with`` block."""
         import base64
 
         env = dict(self.environ)
@@ -73,18 +69,14 @@ class Dump(NamedTuple):
 
     @property
     def replay_options(self) -> dict[str, Any]:
-        """The recorded options plus the recorded task's CPU count (``resolve(cpus=...)``):
-        thread counts follow the task's CPU affinity, a fact of its node, not of this one. And
-        no other process (``rivals=()``): the processes of this machine are not the recorded
-        node's, so a replay does not look for rival launches (``rivals.py``)."""
+        """The recorded options, with the recorded task's CPU count (thread counts follow it,
+        a fact of its node) and no rival launches (this machine's processes are not its)."""
         return {**self.options, "cpus": self.cpu_affinity, "rivals": (),
                 "step_evidence": self.step_evidence}
 
     def resolve(self, **overrides: Any) -> Resolution:
-        """Replay the resolution; ``overrides`` (not None) replace the recorded options.
-
-        The DNS lookup of ``--resolve-addr`` is not replayed (the names belong to the cluster).
-        """
+        """Replay the resolution, ``overrides`` (not None) replacing the recorded options;
+        without the DNS lookup of ``--resolve-addr`` (the names are the cluster's)."""
         opts = self.replay_options
         opts.update({k: v for k, v in overrides.items() if v is not None})
         opts["resolve_addr"] = False
@@ -184,8 +176,8 @@ def _strings(data: dict[str, Any], key: str, path: str) -> dict[str, str]:
 
 
 def _options(data: dict[str, Any], path: str) -> dict[str, Any]:
-    """The recorded options, each read back through the options table's own parser (as text,
-    or a bool for a flag), so a replay gets only values the command line could have given."""
+    """The recorded options, each read back through the options table's own parser: only
+    values the command line could have given."""
     from ..options import FLAG, PARSERS, RANGE, TABLE
 
     value = data.get("options")
@@ -289,11 +281,9 @@ def _read(path: str) -> bytes:
 
 
 def load(path: str) -> Dump:
-    """Read a dump written by ``slurmenv dump``; SlurmEnvError naming what is wrong if it is
-    not one, whatever the file holds. Bounded before it is parsed: its size
-    (:data:`LOAD_LIMIT`) and the memory parsing it takes (:data:`LOAD_COST_LIMIT`); then its
-    nesting (:data:`LOAD_DEPTH_LIMIT`), and the shape of every field, here, once, for both
-    ``show --from`` and ``doctor --from``."""
+    """Read a dump written by ``slurmenv dump``; SlurmEnvError naming what is wrong, whatever
+    the file holds: its size and parsing cost bounded before it is parsed (LOAD_LIMIT,
+    LOAD_COST_LIMIT), then its nesting (LOAD_DEPTH_LIMIT) and every field's shape."""
     raw = _read(path)
     try:
         text = raw.decode("utf-8")
@@ -312,16 +302,12 @@ def load(path: str) -> Dump:
             f"the dump is not JSON ({why})", variable="--from", value=path, fix=LOAD_FIX,
         ) from None
     if not isinstance(data, dict) or data.get(FORMAT_KEY) != FORMAT:
-        raise SlurmEnvError(
-            f"not a slurmenv dump of format {FORMAT}", variable="--from", value=path,
-            fix=LOAD_FIX,
-        )
+        raise SlurmEnvError(f"not a slurmenv dump of format {FORMAT}", variable="--from",
+                            value=path, fix=LOAD_FIX)
     if _too_deep(data, LOAD_DEPTH_LIMIT):
         raise _bad(path, f"nesting is deeper than {LOAD_DEPTH_LIMIT} levels (LOAD_DEPTH_LIMIT)")
-    environ = data.get("environ")
-    if not isinstance(environ, dict):
+    if not isinstance(data.get("environ"), dict):
         raise _bad(path, "'environ' is not a mapping of strings")
-    environ = _strings(data, "environ", path)
     eph = data.get("ephemeral_range")
     if eph is not None and not (
         isinstance(eph, list) and len(eph) == 2 and all(map(_is_int, eph))
@@ -347,7 +333,7 @@ def load(path: str) -> Dump:
         raise _bad(path, "'step_evidence' is not text")
     return Dump(
         path=path,
-        environ=environ,
+        environ=_strings(data, "environ", path),
         ephemeral_range=(eph[0], eph[1]) if eph else None,
         cpu_affinity=cpus or None,
         options=_options(data, path),
@@ -423,11 +409,8 @@ def replay_report(dump: Dump, replayed: dict[str, Any]) -> list[str]:
         return [f"replay: identical to the resolution recorded by {origin}"]
     if same_values(dump.recorded, replayed):
         changed = ", ".join(d.split(":")[0] for d in diff[:5])
-        same = (
-            f"replay: same values as recorded by {origin}; only the explanations differ "
-            f"(slurmenv {__version__} here): {changed}"
-        )
-        return [same]
+        return [(f"replay: same values as recorded by {origin}; only the explanations differ "
+                 f"(slurmenv {__version__} here): {changed}")]
     lines = [f"replay: DIFFERS from the resolution recorded by {origin}:"]
     lines.extend(f"  {line}" for line in diff[:40])
     if len(diff) > 40:
