@@ -15,11 +15,12 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .. import _AUTO
+from .. import _AUTO, options, resolve
 from ..errors import SlurmEnvError
 from ..lean import NamedTuple
 from ..render import check_one_per_node, filled_values, nproc_per_node  # export --for torchrun's
 from ..resolution import Resolution
+from .console import print_error, usage_error, write_output
 
 if TYPE_CHECKING:
     from ..options import Arg
@@ -122,8 +123,6 @@ def build(
     """Resolve this node (``chosen``: keywords of :func:`slurmenv.resolve`) and build the
     torchrun command line for ``args``, executing nothing; SlurmEnvError when the step cannot
     run torchrun (several tasks per node, outside a step, inside another launcher, ...)."""
-    from .. import options, resolve
-
     base = {k: v for k, v in environ.items() if k not in LAUNCHER_VARIABLES}
     if environ.get("TORCHELASTIC_RUN_ID"):
         raise SlurmEnvError(
@@ -215,8 +214,6 @@ def usage() -> str:
 def parse_own(argv: Sequence[str]) -> tuple[dict[str, object], list[str]]:
     """slurmenv's own leading options (exact names only; see own_arguments), by field, then
     the rest for torchrun. ``-h``/``--help`` first: ``{"help": True}``."""
-    from .console import usage_error
-
     known = dict(own_arguments())
     own: dict[str, object] = {}
     i = 0
@@ -246,8 +243,6 @@ def parse_own(argv: Sequence[str]) -> tuple[dict[str, object], list[str]]:
 
 def main(argv: Sequence[str]) -> int:
     """``slurmenv torchrun``: resolve, fill in torchrun's options, exec torchrun."""
-    from .console import print_error, usage_error, write_output
-
     own, rest = parse_own(argv)
     if own.pop("help", False):
         return write_output(usage())

@@ -1,14 +1,7 @@
-"""The doctor's checks in the order of the report, and :func:`diagnose`, which runs them.
-
-Each check is one function in the module of its topic, registered there with its record
-(``registry.check``): ``checks_step`` (inside a step, the counts), ``checks_network`` (the
-master's name, the interface, proxies), ``checks_ports`` (the ports, enroot's hook),
-``checks_resources`` (GPUs, threads), ``checks_frameworks`` (TF_CONFIG, Lightning).
-:data:`ORDER` is the order of the report; :func:`_run` is the guard each record declares.
-
-Every check reads the :class:`~.context.Context` (environment, options, the resolution or its
-error, the probed node facts) and asks the resolver's own rules (``gpus``, ``threads``,
-``ports``, ``launchers``) rather than restating them; NCCL/gloo/gRPC rules are in ``rules``.
+"""The doctor's checks in the order of the report (:data:`ORDER`), and :func:`diagnose`, which
+runs each behind the guard its record declares (:func:`_run`). Each check is one function in
+the ``checks_*`` module of its topic, reading the :class:`~.context.Context` and asking the
+resolver's own rules (``gpus``, ``threads``, ``ports``, ``launchers``), never restating them.
 """
 
 from __future__ import annotations
@@ -46,13 +39,9 @@ def diagnose(
     for_: str = "all",
     recorded_by: str | None = None,
 ) -> Report:
-    """Every check for the task whose environment is ``environ``.
-
-    ``facts`` is what :func:`~.probe.probe` found on the node (None: the node-local checks are
-    skipped); ``ephemeral`` the node's ephemeral port range (None: unknown); ``recorded_by``
-    the slurmenv version of the dump ``facts`` come from (a check needing a fact that dump
-    predates is skipped), None when they were probed here.
-    """
+    """Every check for the task whose environment is ``environ``: ``facts`` what the probe
+    found on the node (None: node-local checks skipped), ``ephemeral`` its ephemeral port
+    range (None: unknown), ``recorded_by`` the version of the dump ``facts`` come from."""
     opts = dict(options or {})
     res, err = resolve_for_doctor(environ, opts)
     ctx = Context(environ, opts, res, err, ephemeral, facts, for_, recorded_by)
@@ -65,9 +54,8 @@ def diagnose(
 
 
 def _run(entry: registry.Entry, ctx: Context) -> Check:
-    """One check, behind the guard its record declares; one that fails on what it is given (a
-    dump whose probe facts were edited) is reported skipped with the reason, so the other
-    checks are still shown, as is one needing a fact the replayed dump predates."""
+    """One check, behind its record's guard; one that fails on its input (an edited dump) is
+    reported skipped with the reason, so the other checks are still shown."""
     name = entry.name
     missing = ctx.unrecorded(entry.facts)
     if missing:

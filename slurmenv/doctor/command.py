@@ -9,7 +9,16 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..commands.console import write_output
+from .. import ports, render, resolve
+from ..commands.console import (
+    add_resolution_options,
+    argument_parser,
+    fail_closed,
+    print_error,
+    step_timeout,
+    usage_error,
+    write_output,
+)
 from ..dump.probe import probe, resolve_for_doctor
 from ..errors import SlurmEnvError
 from .checks import diagnose
@@ -20,9 +29,6 @@ if TYPE_CHECKING:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .. import render
-    from ..commands.console import add_resolution_options, argument_parser
-
     parser = argument_parser(
         prog="slurmenv doctor",
         description="Check this task for what makes distributed training hang at start-up; "
@@ -92,8 +98,6 @@ def replay(
 
 def step(options: Mapping[str, Any], timeout: str | None, from_file: str | None) -> int:
     """``doctor --step``: the step check (slurmenv.doctor.stepcheck) in this task."""
-    from .. import resolve
-    from ..commands.console import print_error, step_timeout, usage_error
     from .stepcheck.check import main_for
 
     if from_file:
@@ -109,8 +113,6 @@ def step(options: Mapping[str, Any], timeout: str | None, from_file: str | None)
 
 def main(argv: Sequence[str]) -> int:
     """``slurmenv doctor``; returns 1 when any check gives an error, else 0."""
-    from .. import ports
-    from ..commands.console import print_error
     from ..dump.command import options_from_args
     from ..dump.replay import load
 
@@ -119,8 +121,6 @@ def main(argv: Sequence[str]) -> int:
     if args.step:
         return step(options, args.step_timeout, args.from_file)
     if args.step_timeout is not None:
-        from ..commands.console import usage_error
-
         usage_error("--step-timeout is the step check's: give it with --step "
                     "(slurmenv doctor --step --step-timeout N), or drop it")
     if args.from_file:
@@ -140,13 +140,9 @@ def main(argv: Sequence[str]) -> int:
         )
     status = 1 if report.errors else 0
     if args.export_ifname:
-        from .. import render
-
         if report.errors or report.warnings:  # silent when all is well: it runs in every task
             sys.stderr.write(format_report(report, use_colour(args.color, sys.stderr), quiet=True))
         if report.ifname is None:
-            from ..commands.console import fail_closed
-
             sys.stderr.write("slurmenv: error: no interface to export (see the checks above)\n")
             fail_closed(args.shell)  # eval $(slurmenv doctor --export-ifname) must stop too
             return 1

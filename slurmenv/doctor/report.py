@@ -69,11 +69,8 @@ def use_colour(choice: str, stream: Any) -> bool:
 def format_report(
     report: Report, colour: bool = False, quiet: bool = False, width: int | None = None
 ) -> str:
-    """Plain text: one line per check (and a ``fix:`` line under a problem).
-
-    ``width`` wraps long lines under their message column (for a terminal); None keeps one
-    line per check and per fix, which suits log files and grep.
-    """
+    """Plain text: one line per check, and a ``fix:`` line under a problem; ``width`` wraps
+    them under their message column (None: one line each, for logs and grep)."""
     import textwrap
 
     lines = [] if quiet else [printable(f"slurmenv doctor: {report.title}")]

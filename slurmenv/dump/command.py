@@ -10,20 +10,17 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from ..commands.console import add_resolution_options, argument_parser, write_output
+from ..options import given_in
 from .capture import DEFAULT_OUTPUT, collect, expand_output, write_new
 
 
 def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The resolution options given on the command line (the options table's, see
-    commandline.add_resolution_options)."""
-    from ..options import given_in
-
+    """The resolution options given on the command line (console.add_resolution_options)."""
     return given_in(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..commands.console import add_resolution_options, argument_parser
-
     parser = argument_parser(
         prog="slurmenv dump",
         description="Write what slurmenv reads in this task (no secrets) to a JSON file that "
@@ -54,8 +51,6 @@ def main(argv: Sequence[str]) -> int:
     data = collect(options=options_from_args(args), probe=args.probe)
     text = json.dumps(data, indent=1, sort_keys=False) + "\n"
     if args.output == "-":
-        from ..commands.console import write_output
-
         return write_output(text)
     path = expand_output(args.output, os.environ, data["resolution"].get("summary"))
     try:

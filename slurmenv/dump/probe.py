@@ -64,12 +64,8 @@ def probe(
     options: Mapping[str, Any] | None = None,
     res: Resolution | None = None,
 ) -> dict[str, Any]:
-    """Look at this node: DNS for the master, the route to it, listening ports, CPUs.
-
-    The result is JSON-ready (``slurmenv dump --probe`` records it). Its keys are ``FACTS``;
-    each fact added after ``FIRST_FACTS`` is always there (None when it does not
-    apply), so that a dump without it is known to predate it.
-    """
+    """This node's facts, JSON-ready, keyed by ``FACTS``: each fact added after
+    ``FIRST_FACTS`` is always there (None when it does not apply)."""
     env = os.environ if environ is None else environ
     if res is None:
         res, _ = resolve_for_doctor(env, options or {})
@@ -84,7 +80,7 @@ def _facts(res: Resolution | None) -> dict[str, Any]:
     import socket
 
     facts: dict[str, Any] = {"hostname": socket.gethostname(), "cpus": cpus()}
-    facts["interfaces"] = _interfaces()
+    facts["interfaces"] = interfaces()
     facts["lightning"] = _lightning()
     if res is None:
         return facts
@@ -113,7 +109,7 @@ def cpus() -> dict[str, int | None]:
     return {"affinity": affinity, "count": os.cpu_count()}
 
 
-def _interfaces() -> dict[str, list[str]]:
+def interfaces() -> dict[str, list[str]]:
     import socket
 
     import psutil
@@ -146,10 +142,8 @@ def _lookup(name: str) -> dict[str, Any]:
 
 
 def _route(address: str, port: int, interfaces: Mapping[str, list[str]]) -> dict[str, Any]:
-    """The local address (and interface) the kernel would use to reach ``address``.
-
-    A UDP ``connect`` picks the route without sending anything.
-    """
+    """The local address (and interface) the kernel would use to reach ``address`` (a UDP
+    ``connect`` picks the route without sending anything)."""
     import socket
 
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
