@@ -47,21 +47,14 @@ def initialize_args(
     }
 
 
-def initialize(
-    resolution: Resolution | None = None,
-    *,
-    environ: Mapping[str, str] | None = None,
-    **kwargs: Any,
-) -> Resolution:
+def initialize(resolution: Resolution | None = None, *, environ: Mapping[str, str] | None = None,
+               **kwargs: Any) -> Resolution:
     """Call ``jax.distributed.initialize`` with :func:`initialize_args` (``kwargs`` win) and
     return the resolution used."""
     from . import resolve
 
     res = resolution if resolution is not None else resolve(environ)
-    args = initialize_args(res)
-    args.update(kwargs)
-
     import jax
 
-    jax.distributed.initialize(**args)
+    jax.distributed.initialize(**{**initialize_args(res), **kwargs})
     return res

@@ -20,12 +20,8 @@ _CLASS: Any = None
 
 
 def _resolver_class() -> Any:
-    """``SlurmClusterResolver``: a TFConfigClusterResolver fed from a dict, not ``TF_CONFIG``.
-
-    Subclassing TFConfigClusterResolver (rather than SimpleClusterResolver) keeps
-    MultiWorkerMirroredStrategy counting local GPUs itself; SimpleClusterResolver would
-    report none unless told.
-    """
+    """``SlurmClusterResolver``: a TFConfigClusterResolver fed from a dict, not ``TF_CONFIG``
+    (not a SimpleClusterResolver, which would report no local GPU to the strategy)."""
     global _CLASS
     if _CLASS is None:
         import tensorflow as tf
@@ -37,20 +33,15 @@ def _resolver_class() -> Any:
 
             def __init__(self, config: dict[str, Any], rpc_layer: str = "grpc") -> None:
                 task = config["task"]
-                super().__init__(
-                    task_type=task["type"], task_id=int(task["index"]), rpc_layer=rpc_layer
-                )
+                super().__init__(task_type=task["type"], task_id=int(task["index"]),
+                                 rpc_layer=rpc_layer)
                 self._slurmenv_cluster = {k: list(v) for k, v in config["cluster"].items()}
 
             def cluster_spec(self) -> Any:
                 return tf.train.ClusterSpec(self._slurmenv_cluster)
 
-            def master(
-                self,
-                task_type: str | None = None,
-                task_id: int | None = None,
-                rpc_layer: str | None = None,
-            ) -> str:
+            def master(self, task_type: str | None = None, task_id: int | None = None,
+                       rpc_layer: str | None = None) -> str:
                 spec = self.cluster_spec()
                 jobs = spec.jobs
                 if not jobs or (len(jobs) == 1 and len(spec.job_tasks(jobs[0])) == 1):
@@ -58,9 +49,7 @@ def _resolver_class() -> Any:
                 task_type = self.task_type if task_type is None else task_type
                 if task_type not in jobs:  # the evaluator: no server, not in the cluster
                     return ""
-                address = spec.task_address(
-                    task_type, self.task_id if task_id is None else task_id
-                )
+                address = spec.task_address(task_type, self.task_id if task_id is None else task_id)
                 layer = self.rpc_layer if rpc_layer is None else rpc_layer
                 return f"{layer}://{address}" if layer else str(address)
 
@@ -101,12 +90,7 @@ def cluster_resolver(
 POLL_SECONDS = 1.0
 
 
-def serve(
-    resolver: Any = None,
-    *,
-    start_timeout: float = 600.0,
-    poll: float = POLL_SECONDS,
-) -> None:
+def serve(resolver: Any = None, *, start_timeout: float = 600.0, poll: float = POLL_SECONDS) -> None:
     """Run this task's ``tf.distribute.Server`` (a ``ps`` or ``worker`` of
     ``ParameterServerStrategy``) until the chief is done, then return.
 

@@ -9,6 +9,7 @@ from typing import Any
 from ..dump.probe import FIRST_FACTS
 from ..errors import SlurmEnvError
 from ..launchers import base
+from ..lean import NamedTuple
 from ..options import names as option_names
 from ..resolution import Resolution
 from .libraries import socket_ifname
@@ -30,30 +31,25 @@ def from_error(name: str, exc: SlurmEnvError) -> Check:
     return Check(name, ERROR, exc.message + variable, exc.fix)
 
 
-class Context:
+class Context(NamedTuple):
     """What every check looks at."""
 
-    def __init__(
-        self,
-        environ: Mapping[str, str],
-        options: Mapping[str, Any],
-        res: Resolution | None,
-        err: SlurmEnvError | None,
-        ephemeral: tuple[int, int] | None,
-        facts: Mapping[str, Any] | None,
-        for_: str,
-        recorded_by: str | None = None,
-    ) -> None:
-        self.environ = environ
-        self.options = options
-        self.res = res
-        self.err = err
-        self.ephemeral = ephemeral
-        self.facts = facts
-        self.for_ = for_
-        self.recorded_by = recorded_by  # the slurmenv version of a replayed dump's facts
-        self.job = base.job_id(environ)
-        self.step = base.step_id(environ)
+    environ: Mapping[str, str]
+    options: Mapping[str, Any]
+    res: Resolution | None
+    err: SlurmEnvError | None
+    ephemeral: tuple[int, int] | None
+    facts: Mapping[str, Any] | None
+    for_: str
+    recorded_by: str | None = None  # the slurmenv version of a replayed dump's facts
+
+    @property
+    def job(self) -> str | None:
+        return base.job_id(self.environ)
+
+    @property
+    def step(self) -> str | None:
+        return base.step_id(self.environ)
 
     @property
     def node(self) -> str:

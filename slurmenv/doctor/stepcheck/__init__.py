@@ -17,6 +17,6 @@ __getattr__ = lazy(__name__, {
     "DEFAULT_TIMEOUT": ".check", "TIMEOUT_VARIABLE": ".check", "main_for": ".check",
     "parse_timeout": ".check", "run": ".check", "serve": ".check", "timeout_from": ".check",
     "facts_of": ".facts", "MAGIC": ".protocol", "MAX_MESSAGE": ".protocol",
-    "ProtocolError": ".protocol", "decode": ".protocol", "encode": ".protocol",
+    "ProtocolError": ".protocol", "encode": ".protocol",
     "Arrival": ".rank0", "Outcome": ".rank0", "report": ".reporting",
 })

@@ -60,14 +60,6 @@ def encode(payload: Mapping[str, Any]) -> bytes:
     return data
 
 
-def decode(buffer: bytes) -> dict[str, Any] | None:
-    """The one message in ``buffer``, None while incomplete; ProtocolError when it is not one."""
-    message, rest = split(buffer)
-    if message is not None and rest:
-        raise ProtocolError("more than one message")
-    return message
-
-
 def split(buffer: bytes) -> tuple[dict[str, Any] | None, bytes]:
     """The first message of ``buffer`` and what follows it (None, buffer while incomplete)."""
     head = buffer[:len(MAGIC)]
