@@ -68,10 +68,8 @@ def _check_tf_config(ctx: Context) -> Check:
     "`slurmenv.lightning.Environment()`",
 )
 def _check_lightning(ctx: Context) -> Check:
-    """What Lightning's own cluster environment would make of this step, unless the probe
-    found Lightning is not installed on the node (a dump predating that fact, or taken without
-    --probe, does not say: the step is checked): it refuses or misnumbers steps that the plugin
-    ``slurmenv.lightning.Environment`` runs. Never the machine replaying a dump."""
+    """What Lightning's own cluster environment would make of this step (checked unless the
+    probe found Lightning is not installed on the node, never the replaying machine)."""
     from ..lightning import tasks_per_node
 
     if (ctx.facts or {}).get("lightning") is False:

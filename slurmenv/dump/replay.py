@@ -59,12 +59,10 @@ class Dump(NamedTuple):
                 if name in env:
                     env[name] = unrecorded_path(name)
             for name, content in copies:
-                if name not in FILE_VARIABLES:
-                    continue
-                path = os.path.join(tmp, name.lower())
-                with open(path, "wb") as handle:
-                    handle.write(content)
-                env[name] = path
+                if name in FILE_VARIABLES:
+                    env[name] = path = os.path.join(tmp, name.lower())
+                    with open(path, "wb") as handle:
+                        handle.write(content)
             yield env
 
     @property
