@@ -72,8 +72,6 @@ def _run(entry: registry.Entry, ctx: Context) -> Check:
     except Exception as exc:  # noqa: BLE001 - facts from a file: any shape may come in
         from .. import __version__
 
-        return Check(
-            name, SKIPPED, f"not checked: it failed on its input ({type(exc).__name__}: "
-            f"{str(exc)[:120]}); unless that input is an edited dump, this is a bug in "
-            f"slurmenv {__version__}: please report it on the slurmenv issue tracker",
-        )
+        return Check(name, SKIPPED, f"not checked: it failed on its input ({type(exc).__name__}: "
+                     f"{str(exc)[:120]}); unless that input is an edited dump, this is a bug in "
+                     f"slurmenv {__version__}: please report it on the slurmenv issue tracker")

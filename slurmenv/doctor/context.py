@@ -126,12 +126,10 @@ class Context(NamedTuple):
     def not_recorded(self, what: str, facts: Sequence[str]) -> Check:
         """The verdict of a check whose facts this dump predates: skipped, saying so."""
         version = (self.recorded_by or "?")[:40]
-        return Check(
-            what, SKIPPED,
-            f"{NOT_RECORDED} (recorded by slurmenv {version}, before the probe "
-            f"fact{'s' * (len(facts) != 1)} {', '.join(facts)}): take a new one with "
-            "slurmenv dump --probe",
-        )
+        return Check(what, SKIPPED,
+                     f"{NOT_RECORDED} (recorded by slurmenv {version}, before the probe "
+                     f"fact{'s' * (len(facts) != 1)} {', '.join(facts)}): take a new one with "
+                     "slurmenv dump --probe")
 
     def no_resolution(self, what: str) -> Check:
         """The verdict of a check that needs a resolution when there is none."""
