@@ -112,10 +112,8 @@ def serve(resolver: Any = None, *, start_timeout: float = 600.0, poll: float = P
     spec = resolver.cluster_spec()
     if "chief" not in spec.jobs:
         raise ValueError("serve() needs a chief in the cluster (--tf-jobs chief=1,ps=...)")
-    server = tf.distribute.Server(
-        spec, job_name=resolver.task_type, task_index=resolver.task_id,
-        protocol=resolver.rpc_layer or "grpc", start=True,
-    )
+    server = tf.distribute.Server(spec, job_name=resolver.task_type, task_index=resolver.task_id,
+                                  protocol=resolver.rpc_layer or "grpc", start=True)
     host, _, port = str(spec.task_address("chief", 0)).rpartition(":")
     chief = (host.strip("[]"), int(port))
     deadline = time.monotonic() + start_timeout

@@ -294,10 +294,8 @@ def main(argv: Sequence[str]) -> int:
             diff = dump.differences(loaded.recorded, replayed) if loaded.recorded else None
             replay_json = {"file": args.from_file, "identical": diff == [], "differences": diff}
             if res is None:
-                raise SlurmEnvError(
-                    str(replayed["error"]), variable=replayed.get("variable"),
-                    value=replayed.get("value"), fix=replayed.get("fix"),
-                )
+                raise SlurmEnvError(str(replayed["error"]), variable=replayed.get("variable"),
+                                    value=replayed.get("value"), fix=replayed.get("fix"))
         else:
             res = resolve_from_args(args)
         if args.one_line:

@@ -49,10 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="print export lines for NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME on stdout (for "
         "eval) and the problems on stderr",
     )
-    parser.add_argument(
-        "--shell", choices=render.SHELLS, default="sh",
-        help="syntax of --export-ifname (default sh)",
-    )
+    parser.add_argument("--shell", choices=render.SHELLS, default="sh",
+                        help="syntax of --export-ifname (default sh)")
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                         help="colour the verdicts (auto: only on a terminal)")
     parser.add_argument(
@@ -90,10 +88,8 @@ def replay(
     dump predates is skipped, saying so."""
     merged = {**loaded.replay_options, **(options or {})}
     with loaded.environment() as env:
-        return diagnose(
-            env, merged, ephemeral=loaded.ephemeral_range, facts=loaded.probe,
-            for_=_outputs(env, for_), recorded_by=loaded.version,
-        )
+        return diagnose(env, merged, ephemeral=loaded.ephemeral_range, facts=loaded.probe,
+                        for_=_outputs(env, for_), recorded_by=loaded.version)
 
 
 def step(options: Mapping[str, Any], timeout: str | None, from_file: str | None) -> int:
@@ -134,10 +130,8 @@ def main(argv: Sequence[str]) -> int:
     else:
         res, _ = resolve_for_doctor(os.environ, options)
         facts = probe(os.environ, options, res)
-        report = diagnose(
-            os.environ, options, ephemeral=ports.ephemeral_range(), facts=facts,
-            for_=_outputs(os.environ, args.for_),
-        )
+        report = diagnose(os.environ, options, ephemeral=ports.ephemeral_range(), facts=facts,
+                          for_=_outputs(os.environ, args.for_))
     status = 1 if report.errors else 0
     if args.export_ifname:
         if report.errors or report.warnings:  # silent when all is well: it runs in every task

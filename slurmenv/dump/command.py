@@ -32,10 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"file to write, '-' for stdout; %%j job, %%s step, %%t rank, %%n node index, "
         f"%%N host name (default {DEFAULT_OUTPUT.replace('%', '%%')})",
     )
-    parser.add_argument(
-        "--force", action="store_true",
-        help="replace an existing file (never through a symbolic link)",
-    )
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing file (never through a symbolic link)")
     parser.add_argument(
         "--probe", action="store_true",
         help="also record the node facts doctor checks (DNS answer for the master, interfaces, "

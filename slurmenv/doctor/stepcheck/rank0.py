@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import errno
 import os
+import resource
 import selectors
 import socket
 import time
@@ -107,8 +108,6 @@ def peer_text(peer: Any) -> str:
 def raise_fd_limit(wanted: int) -> tuple[int, int] | None:
     """Raise the soft open-file limit towards ``wanted`` (at most the hard limit): the old
     (soft, hard) to restore, None when nothing changed."""
-    import resource
-
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= wanted:
         return None
@@ -123,19 +122,11 @@ def raise_fd_limit(wanted: int) -> tuple[int, int] | None:
 
 
 def restore_fd_limit(old: tuple[int, int] | None) -> None:
-    if old is not None:
-        import resource
-
-        try:
+    try:
+        if old is not None:
             resource.setrlimit(resource.RLIMIT_NOFILE, old)
-        except (ValueError, OSError):
-            pass
-
-
-def fd_limit() -> int:
-    import resource
-
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ValueError, OSError):
+        pass
 
 
 def listen(port: int, backlog: int) -> socket.socket:
@@ -241,7 +232,7 @@ class Rank0:
                 if exc.errno in (errno.EMFILE, errno.ENFILE):
                     # the open-file limit: stop accepting (no spin on a readable listener)
                     # until a descriptor is freed; those left wait in the kernel's backlog
-                    self.outcome.fd_limit = fd_limit()
+                    self.outcome.fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
                     self.paused = True
                     self._accept(False)
                 return
