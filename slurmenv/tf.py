@@ -64,17 +64,13 @@ def cluster_resolver(
     rpc_layer: str = "grpc",
     jobs: Mapping[str, int] | str | None = None,
 ) -> Any:
-    """A ``tf.distribute.cluster_resolver`` for this task of the step.
-
-    It is a ``TFConfigClusterResolver`` subclass whose cluster spec, task type and task index
-    come from ``resolution.tf_config`` (``slurmenv.resolve(environ)`` unless given), never from
-    the ``TF_CONFIG`` variable. ``SLURMENV_TF_CHIEF=1`` (or ``resolve(tf_chief=True)``) makes
-    rank 0 the chief. ``jobs`` (``{"chief": 1, "ps": 2, "worker": 4}`` as TensorFlow's
-    ``SlurmClusterResolver`` takes it, or ``"chief=1,ps=2,worker=4"``; also
-    ``SLURMENV_TF_JOBS``) gives the ranks TensorFlow job roles, in slices in the order
-    chief, evaluator, ps, worker. Raises :class:`slurmenv.SlurmEnvError` when the step cannot
-    be resolved or the jobs do not fit it.
-    """
+    """A ``tf.distribute.cluster_resolver`` for this task of the step: a
+    ``TFConfigClusterResolver`` fed from ``resolution.tf_config`` (``slurmenv.resolve(environ)``
+    unless given), never the ``TF_CONFIG`` variable. ``SLURMENV_TF_CHIEF=1`` makes rank 0 the
+    chief; ``jobs`` (``{"chief": 1, "ps": 2, "worker": 4}`` as TensorFlow's
+    ``SlurmClusterResolver`` takes it, or ``"chief=1,ps=2,worker=4"``; ``SLURMENV_TF_JOBS``)
+    gives the ranks roles, in slices in the order chief, evaluator, ps, worker. SlurmEnvError
+    when the step cannot be resolved or the jobs do not fit it."""
     from . import resolve
 
     if jobs is not None and resolution is not None:
@@ -82,8 +78,7 @@ def cluster_resolver(
     if jobs is not None and not isinstance(jobs, str):
         jobs = ",".join(f"{name}={count}" for name, count in dict(jobs).items())
     res = resolution if resolution is not None else resolve(environ, tf_jobs=jobs)
-    config = res.tf_config
-    return _resolver_class()(config, rpc_layer=rpc_layer)
+    return _resolver_class()(res.tf_config, rpc_layer=rpc_layer)
 
 
 #: How often :func:`serve` looks whether the chief still listens, in seconds.
@@ -92,16 +87,10 @@ POLL_SECONDS = 1.0
 
 def serve(resolver: Any = None, *, start_timeout: float = 600.0, poll: float = POLL_SECONDS) -> None:
     """Run this task's ``tf.distribute.Server`` (a ``ps`` or ``worker`` of
-    ``ParameterServerStrategy``) until the chief is done, then return.
-
-    ``Server.join()`` never returns, so a step whose servers call it never ends by itself.
-    Here the server runs while the chief's address (``cluster_spec()``'s ``chief`` 0, where
-    its coordinator listens) accepts TCP connections: once it has accepted one and then
-    refuses two in a row (the chief's process ended), this returns and the task can exit
-    with status 0. The step's status is then the chief's (``srun --kill-on-bad-exit=1``
-    stops the servers at once if the chief fails). Raises TimeoutError when the chief never
-    listens within ``start_timeout`` seconds.
-    """
+    ``ParameterServerStrategy``) until the chief is done, then return (``Server.join()`` never
+    returns, so such a step never ended): while the chief's address accepts TCP connections,
+    until it refuses two in a row once it has accepted one; the step's status is then the
+    chief's. TimeoutError when the chief never listens within ``start_timeout`` seconds."""
     import socket
     import time
 

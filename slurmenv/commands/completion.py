@@ -72,8 +72,7 @@ def _parser_options(parser: argparse.ArgumentParser) -> tuple[Opt, ...]:
     for action in parser._actions:  # argparse's list of actions, public in all but name
         if not action.option_strings:
             continue
-        kind = ("help" if isinstance(action, argparse._HelpAction) else
-                "store_true" if action.nargs == 0 else "store")
+        kind = "store_true" if action.nargs == 0 else "store"  # help and version too
         out.append(_opt(action.option_strings, {
             "action": kind, "choices": action.choices, "metavar": action.metavar,
             "help": action.help}))

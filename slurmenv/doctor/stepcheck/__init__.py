@@ -2,11 +2,10 @@
 training, and either every task starts or none does (``srun slurmenv doctor --step``,
 ``slurmenv exec --preflight -- CMD``). docs/step-check.md describes the protocol.
 
-Modules: :mod:`.protocol` (messages, identity, schema), :mod:`.facts` (what a task says),
-:mod:`.rank0` (rank 0), :mod:`.task` (the other tasks), :mod:`.reporting` (rank 0's report),
-:mod:`.check` (the timeout, and the whole check in one task), whose names this ``__init__``
-loads on first use (``lean.lazy``). Only the standard library (and python-hostlist for the
-report's host list): imported by ``doctor --step`` and ``exec --preflight`` alone.
+Modules: :mod:`.protocol` (messages, identity, what a task says), :mod:`.rank0` (rank 0),
+:mod:`.task` (the other tasks), :mod:`.reporting` (rank 0's report), :mod:`.check` (the
+timeout, and the whole check in one task), whose names this ``__init__`` loads on first use
+(``lean.lazy``). Imported by ``doctor --step`` and ``exec --preflight`` alone.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from ...lean import lazy
 __getattr__ = lazy(__name__, {
     "DEFAULT_TIMEOUT": ".check", "TIMEOUT_VARIABLE": ".check", "main_for": ".check",
     "parse_timeout": ".check", "run": ".check", "serve": ".check", "timeout_from": ".check",
-    "facts_of": ".facts", "MAGIC": ".protocol", "MAX_MESSAGE": ".protocol",
-    "ProtocolError": ".protocol", "encode": ".protocol",
+    "MAGIC": ".protocol", "MAX_MESSAGE": ".protocol", "ProtocolError": ".protocol",
+    "encode": ".protocol", "facts_of": ".protocol",
     "Arrival": ".rank0", "Outcome": ".rank0", "report": ".reporting",
 })

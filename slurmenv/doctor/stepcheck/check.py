@@ -10,8 +10,7 @@ from typing import Any
 from ... import options, resolve
 from ...errors import SlurmEnvError, parse_int
 from ...resolution import Resolution
-from .facts import facts_of
-from .protocol import one_line
+from .protocol import facts_of, one_line
 from .rank0 import HANDSHAKE_SECONDS, RESERVE_FDS, Outcome, Rank0, raise_fd_limit, restore_fd_limit
 from .reporting import report, topology_note
 from .task import join

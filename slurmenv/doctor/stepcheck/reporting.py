@@ -9,8 +9,7 @@ from typing import Any
 
 from ...errors import SlurmEnvError
 from ...resolution import Resolution
-from .facts import AGREE
-from .protocol import one_line
+from .protocol import AGREE, one_line
 from .rank0 import Arrival, Outcome
 
 MAX_SHOWN = 20  # problem lines shown before "... and N more"
