@@ -7,6 +7,7 @@ listening sockets (psutil), the CPUs. ``slurmenv dump --probe`` records them and
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -77,20 +78,15 @@ def probe(
 
 
 def _facts(res: Resolution | None) -> dict[str, Any]:
-    import socket
-
-    facts: dict[str, Any] = {"hostname": socket.gethostname(), "cpus": cpus()}
-    facts["interfaces"] = interfaces()
-    facts["lightning"] = _lightning()
+    facts: dict[str, Any] = {"hostname": socket.gethostname(), "cpus": cpus(),
+                             "interfaces": interfaces(), "lightning": _lightning()}
     if res is None:
         return facts
     facts["master"] = _lookup(res.master_addr)
     addresses = facts["master"]["addresses"]
     if addresses:
         facts["route"] = _route(addresses[0], res.master_port, facts["interfaces"])
-    facts["listening"] = _listening(
-        [port for port, _ in ports_here(res)], res.job_id, res.step_id
-    )
+    facts["listening"] = _listening([port for port, _ in ports_here(res)], res.job_id, res.step_id)
     return facts
 
 
@@ -110,24 +106,16 @@ def cpus() -> dict[str, int | None]:
 
 
 def interfaces() -> dict[str, list[str]]:
-    import socket
-
+    """Each network interface's IP addresses (psutil)."""
     import psutil
 
-    out: dict[str, list[str]] = {}
-    for name, addrs in psutil.net_if_addrs().items():
-        out[name] = [
-            a.address.split("%")[0]
-            for a in addrs
-            if a.family in (socket.AF_INET, socket.AF_INET6)
-        ]
-    return out
+    ip = (socket.AF_INET, socket.AF_INET6)
+    return {name: [a.address.split("%")[0] for a in addrs if a.family in ip]
+            for name, addrs in psutil.net_if_addrs().items()}
 
 
 def _lookup(name: str) -> dict[str, Any]:
     """The addresses ``name`` resolves to on this node (IPv4 first), or the error."""
-    import socket
-
     try:
         infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
     except (OSError, UnicodeError) as exc:  # UnicodeError: a label IDNA refuses (checked
@@ -144,8 +132,6 @@ def _lookup(name: str) -> dict[str, Any]:
 def _route(address: str, port: int, interfaces: Mapping[str, list[str]]) -> dict[str, Any]:
     """The local address (and interface) the kernel would use to reach ``address`` (a UDP
     ``connect`` picks the route without sending anything)."""
-    import socket
-
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     try:
         with socket.socket(family, socket.SOCK_DGRAM) as sock:
