@@ -67,16 +67,11 @@ def _opt(names: Sequence[str], keywords: dict[str, object]) -> Opt:
 
 
 def _parser_options(parser: argparse.ArgumentParser) -> tuple[Opt, ...]:
-    """The options of an argparse parser (positionals left out)."""
-    out = []
-    for action in parser._actions:  # argparse's list of actions, public in all but name
-        if not action.option_strings:
-            continue
-        kind = "store_true" if action.nargs == 0 else "store"  # help and version too
-        out.append(_opt(action.option_strings, {
-            "action": kind, "choices": action.choices, "metavar": action.metavar,
-            "help": action.help}))
-    return tuple(out)
+    """The options of an argparse parser (positionals left out): argparse's list of actions,
+    public in all but name; a flag (store_true, help, version) takes ``nargs=0``."""
+    return tuple(_opt(a.option_strings, {"nargs": a.nargs, "choices": a.choices,
+                                         "metavar": a.metavar, "help": a.help})
+                 for a in parser._actions if a.option_strings)
 
 
 def build_parser() -> argparse.ArgumentParser:

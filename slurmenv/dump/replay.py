@@ -162,15 +162,16 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _texts(value: Any) -> bool:
+    """Whether ``value`` is a mapping of strings (JSON's keys are strings)."""
+    return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+
+
 def _strings(data: dict[str, Any], key: str, path: str) -> dict[str, str]:
     value = data.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
+    if value is not None and not _texts(value):
         raise _bad(path, f"'{key}' is not a mapping of strings")
-    return value
+    return value or {}
 
 
 def _options(data: dict[str, Any], path: str) -> dict[str, Any]:
@@ -235,14 +236,10 @@ def _resolution(data: dict[str, Any], path: str) -> dict[str, Any] | None:
     summary = value.get("summary")
     if not isinstance(summary, dict):
         raise _bad(path, "'resolution.summary' is not a mapping")
-    if "sources" in summary and not (isinstance(summary["sources"], dict) and all(
-        isinstance(v, str) for v in summary["sources"].values()
-    )):
+    if "sources" in summary and not _texts(summary["sources"]):
         raise _bad(path, "'resolution.summary.sources' is not a mapping of strings")
     env = value.get("env")
-    if env is not None and not _is_error(env) and not (
-        isinstance(env, dict) and all(isinstance(v, str) for v in env.values())
-    ):
+    if env is not None and not _is_error(env) and not _texts(env):
         raise _bad(path, "'resolution.env' is neither a mapping of strings nor an error")
     layout = value.get("layout")
     if layout is not None and not _is_error(layout) and not (
