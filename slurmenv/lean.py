@@ -9,6 +9,7 @@ treats any ``TYPE_CHECKING`` as true).
 At run time ``NamedTuple`` builds a tuple class with the fields, defaults, docstring and
 methods ``typing.NamedTuple`` gives (``_make``, ``_replace``, ``_asdict``, pickling), without
 the per-class code that :func:`collections.namedtuple` writes and compiles at import.
+:func:`lazy` re-exports a package's names without its ``__init__`` importing its modules.
 """
 
 from __future__ import annotations
