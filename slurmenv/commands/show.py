@@ -287,10 +287,8 @@ def main(argv: Sequence[str]) -> int:
             loaded = dump.load(args.from_file)
             environ = loaded.environ
             res, replayed = loaded.replay(**dump.options_from_args(args))
-            replay = [
-                f"replaying {args.from_file}: task on {loaded.hostname or '?'}",
-                *dump.replay_report(loaded, replayed),
-            ]
+            replay = [f"replaying {args.from_file}: task on {loaded.hostname or '?'}",
+                      *dump.replay_report(loaded, replayed)]
             diff = dump.differences(loaded.recorded, replayed) if loaded.recorded else None
             replay_json = {"file": args.from_file, "identical": diff == [], "differences": diff}
             if res is None:
@@ -322,9 +320,8 @@ def main(argv: Sequence[str]) -> int:
             data = res.to_dict()
             data["env"], unknown = known_env(res, options.outputs(environ, args.for_))
             if unknown:
-                data["unknown"] = {
-                    name: {"error": exc.message, "fix": exc.fix} for name, exc in unknown.items()
-                }
+                data["unknown"] = {name: {"error": exc.message, "fix": exc.fix}
+                                   for name, exc in unknown.items()}
             if replay_json is not None:
                 data["replay"] = replay_json
             text = json.dumps(data, indent=1) + "\n"
