@@ -18,7 +18,8 @@ Which imports count (the edges of the graph ``import_edges`` builds from each mo
   would depend on the top (its own imports count like any module's).
 
 Not counted: modules loaded by name at run time (``cli.EXTERNAL``, the launcher registry's
-``launchers.load``, the doctor package's ``__getattr__``), which is dispatch from above. A
+``launchers.load``, the ``__getattr__`` that ``lean.lazy`` gives the doctor, step check and dump
+packages), which is dispatch from above. A
 loop that remains needs its reason written in :data:`ALLOWED_LOOPS`.
 """
 
