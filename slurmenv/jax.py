@@ -31,9 +31,8 @@ def local_device_ids(res: Resolution) -> list[int] | None:
     return list(range(res.local_rank * per, (res.local_rank + 1) * per))
 
 
-def initialize_args(
-    resolution: Resolution | None = None, *, environ: Mapping[str, str] | None = None
-) -> dict[str, Any]:
+def initialize_args(resolution: Resolution | None = None, *,
+                    environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """``coordinator_address``, ``num_processes``, ``process_id`` and ``local_device_ids`` for
     ``jax.distributed.initialize`` (one JAX process per Slurm task)."""
     from . import resolve

@@ -106,13 +106,8 @@ class Environment:
         instance: Environment = super().__new__(made)
         return instance
 
-    def __init__(
-        self,
-        resolution: Resolution | None = None,
-        *,
-        environ: Mapping[str, str] | None = None,
-        **resolve_kwargs: Any,
-    ) -> None:
+    def __init__(self, resolution: Resolution | None = None, *,
+                 environ: Mapping[str, str] | None = None, **resolve_kwargs: Any) -> None:
         from . import resolve
 
         super().__init__()

@@ -57,13 +57,9 @@ def _resolver_class() -> Any:
     return _CLASS
 
 
-def cluster_resolver(
-    resolution: Resolution | None = None,
-    *,
-    environ: Mapping[str, str] | None = None,
-    rpc_layer: str = "grpc",
-    jobs: Mapping[str, int] | str | None = None,
-) -> Any:
+def cluster_resolver(resolution: Resolution | None = None, *,
+                     environ: Mapping[str, str] | None = None, rpc_layer: str = "grpc",
+                     jobs: Mapping[str, int] | str | None = None) -> Any:
     """A ``tf.distribute.cluster_resolver`` for this task of the step: a
     ``TFConfigClusterResolver`` fed from ``resolution.tf_config`` (``slurmenv.resolve(environ)``
     unless given), never the ``TF_CONFIG`` variable. ``SLURMENV_TF_CHIEF=1`` makes rank 0 the

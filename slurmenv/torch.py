@@ -22,13 +22,8 @@ def device_index(local_rank: int, visible: int) -> int:
     return local_rank if local_rank < visible else local_rank % visible
 
 
-def init_process_group(
-    backend: str | None = None,
-    *,
-    resolution: Resolution | None = None,
-    environ: Mapping[str, str] | None = None,
-    **kwargs: Any,
-) -> Resolution:
+def init_process_group(backend: str | None = None, *, resolution: Resolution | None = None,
+                       environ: Mapping[str, str] | None = None, **kwargs: Any) -> Resolution:
     """Join this task's process group and return the :class:`~slurmenv.Resolution` used:
     resolve (``slurmenv.resolve(environ)`` unless ``resolution`` is given), set ``RANK``,
     ``MASTER_ADDR``, ... in ``os.environ`` where unset, select this local rank's CUDA device

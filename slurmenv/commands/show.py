@@ -246,9 +246,8 @@ def known_env(res: Resolution, for_: str) -> tuple[dict[str, str], dict[str, Slu
     return values, {}
 
 
-def _own_task(
-    res: Resolution, values: Mapping[str, str], unknown: Mapping[str, SlurmEnvError] | None = None
-) -> str:
+def _own_task(res: Resolution, values: Mapping[str, str],
+              unknown: Mapping[str, SlurmEnvError] | None = None) -> str:
     where = f"job {res.job_id} step {res.step_id}" if res.job_id else "no Slurm job"
     if res.job_id and res.step_id is None:
         where = res.origin  # the launcher's own words (a rank of mpirun's node has no step)

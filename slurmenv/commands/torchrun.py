@@ -113,13 +113,8 @@ def torchrun_command() -> list[str]:
     return [found] if found else [sys.executable, "-m", "torch.distributed.run"]
 
 
-def build(
-    args: Sequence[str],
-    environ: Mapping[str, str],
-    *,
-    ephemeral_range: tuple[int, int] | None | object = _AUTO,
-    **chosen: Any,
-) -> Launch:
+def build(args: Sequence[str], environ: Mapping[str, str], *,
+          ephemeral_range: tuple[int, int] | None | object = _AUTO, **chosen: Any) -> Launch:
     """Resolve this node (``chosen``: keywords of :func:`slurmenv.resolve`) and build the
     torchrun command line for ``args``, executing nothing; SlurmEnvError when the step cannot
     run torchrun (several tasks per node, outside a step, inside another launcher, ...)."""

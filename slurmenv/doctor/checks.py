@@ -30,15 +30,9 @@ registry.order(ORDER)
 CHECKS = registry.CHECKS
 
 
-def diagnose(
-    environ: Mapping[str, str],
-    options: Mapping[str, Any] | None = None,
-    *,
-    ephemeral: tuple[int, int] | None = None,
-    facts: Mapping[str, Any] | None = None,
-    for_: str = "all",
-    recorded_by: str | None = None,
-) -> Report:
+def diagnose(environ: Mapping[str, str], options: Mapping[str, Any] | None = None, *,
+             ephemeral: tuple[int, int] | None = None, facts: Mapping[str, Any] | None = None,
+             for_: str = "all", recorded_by: str | None = None) -> Report:
     """Every check for the task whose environment is ``environ``: ``facts`` what the probe
     found on the node (None: node-local checks skipped), ``ephemeral`` its ephemeral port
     range (None: unknown), ``recorded_by`` the version of the dump ``facts`` come from."""

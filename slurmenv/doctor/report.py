@@ -66,9 +66,8 @@ def use_colour(choice: str, stream: Any) -> bool:
     return bool(getattr(stream, "isatty", lambda: False)())
 
 
-def format_report(
-    report: Report, colour: bool = False, quiet: bool = False, width: int | None = None
-) -> str:
+def format_report(report: Report, colour: bool = False, quiet: bool = False,
+                  width: int | None = None) -> str:
     """Plain text: one line per check, and a ``fix:`` line under a problem; ``width`` wraps
     them under their message column (None: one line each, for logs and grep)."""
     import textwrap

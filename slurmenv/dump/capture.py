@@ -24,9 +24,8 @@ FORMAT_KEY = "slurmenv_dump"
 DEFAULT_OUTPUT = "slurmenv-dump-%j.%s.%t.json"
 
 
-def expand_output(
-    pattern: str, environ: Mapping[str, str], resolved: Mapping[str, Any] | None = None
-) -> str:
+def expand_output(pattern: str, environ: Mapping[str, str],
+                  resolved: Mapping[str, Any] | None = None) -> str:
     """srun-style file name patterns: %j job, %s step, %t rank, %n node index, %N host, %%;
     rank and node index from ``resolved`` (``to_dict()``) when known: an MPI rank's
     SLURM_PROCID is a daemon step's, the same in several ranks."""
@@ -149,9 +148,7 @@ def _why_not_kept(name: str, path: str, data: bytes) -> str | None:
     return None
 
 
-def _read_files(
-    environ: Mapping[str, str],
-) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+def _read_files(environ: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
     """(text files, binary files base64, why others were not recorded) of
     :data:`FILE_VARIABLES`."""
     import base64
@@ -189,11 +186,8 @@ def _read_files(
     return text, binary, skipped
 
 
-def collect(
-    environ: Mapping[str, str] | None = None,
-    options: Mapping[str, Any] | None = None,
-    probe: bool = False,
-) -> dict[str, Any]:
+def collect(environ: Mapping[str, str] | None = None, options: Mapping[str, Any] | None = None,
+            probe: bool = False) -> dict[str, Any]:
     """Build a dump of this task (``environ`` defaults to ``os.environ``)."""
     from .. import ports
 

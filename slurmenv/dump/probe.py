@@ -60,11 +60,8 @@ def ports_here(res: Resolution) -> list[tuple[int, str]]:
     return out
 
 
-def probe(
-    environ: Mapping[str, str] | None = None,
-    options: Mapping[str, Any] | None = None,
-    res: Resolution | None = None,
-) -> dict[str, Any]:
+def probe(environ: Mapping[str, str] | None = None, options: Mapping[str, Any] | None = None,
+          res: Resolution | None = None) -> dict[str, Any]:
     """This node's facts, JSON-ready, keyed by ``FACTS``: each fact added after
     ``FIRST_FACTS`` is always there (None when it does not apply)."""
     env = os.environ if environ is None else environ
