@@ -250,12 +250,11 @@ def zsh(cmds: Sequence[Command]) -> str:
     ]
     for cmd in cmds:
         specs = [spec for o in cmd.options for spec in _zsh_spec(o)]
-        if cmd.rest == "command":
-            specs.append("(-)*::command:_normal")
-        elif cmd.rest == "files":
-            specs.append("*::script or torchrun option:_files")
-        elif isinstance(cmd.rest, tuple):
-            specs.append(f"1:{cmd.name} argument:({' '.join(cmd.rest)})")
+        rest = {"command": "(-)*::command:_normal",
+                "files": "*::script or torchrun option:_files"}.get(str(cmd.rest))
+        if isinstance(cmd.rest, tuple):
+            rest = f"1:{cmd.name} argument:({' '.join(cmd.rest)})"
+        specs += [rest] if rest else []
         lines.append(f"        {cmd.name})")
         if cmd.rest == "command":  # after --: the command and its arguments (_arguments
             lines += [  # does not hand the words after -- to _normal)
@@ -308,17 +307,12 @@ def fish(cmds: Sequence[Command]) -> str:
         if cmd.rest is not None:  # options before the command/script only
             when += "; and not contains -- -- (commandline -opc)"
         for o in cmd.options:
-            parts = [f"complete -c slurmenv -n {q(when)}"]
-            for name in o.names:
-                parts.append(f"-l {name[2:]}" if name.startswith("--") else f"-s {name[1:]}")
-            if isinstance(o.value, tuple):
-                parts.append(f"-x -a {q(' '.join(o.value))}")
-            elif o.value == FILE:
-                parts.append("-r -F")
-            elif o.value == ANY:
-                parts.append("-x")
-            parts.append(f"-d {q(o.help)}")
-            lines.append(" ".join(parts))
+            value = (f"-x -a {q(' '.join(o.value))}" if isinstance(o.value, tuple)
+                     else {FILE: "-r -F", ANY: "-x"}.get(str(o.value)))
+            lines.append(" ".join([
+                f"complete -c slurmenv -n {q(when)}",
+                *(f"-l {n[2:]}" if n.startswith("--") else f"-s {n[1:]}" for n in o.names),
+                *([value] if value else []), f"-d {q(o.help)}"]))
         seen = f"__fish_seen_subcommand_from {cmd.name}"
         if cmd.rest == "command":
             takes = " ".join(n for o in cmd.options if o.value is not None for n in o.names)
