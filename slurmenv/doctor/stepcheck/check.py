@@ -62,8 +62,7 @@ def serve(res: Resolution, own: Mapping[str, Any], timeout: float,
     rank0 = Rank0(own, timeout, handshake, str(own.get("launcher", "")).startswith("slurm"))
     try:
         if not rank0.open(res.master_port):
-            ok, lines = report(res, own, rank0.outcome, environ)
-            return ok, lines, rank0.outcome
+            return (*report(res, own, rank0.outcome, environ), rank0.outcome)
         rank0.gather()
         ok, lines = report(res, own, rank0.outcome, environ)
         short = lines[0].replace("slurmenv step check: ", "").split(";")[0]
@@ -84,8 +83,7 @@ def serve(res: Resolution, own: Mapping[str, Any], timeout: float,
     finally:
         rank0.close()
         restore_fd_limit(old)
-    ok, lines = report(res, own, rank0.outcome, environ)
-    return ok, lines, rank0.outcome
+    return (*report(res, own, rank0.outcome, environ), rank0.outcome)
 
 
 def run(

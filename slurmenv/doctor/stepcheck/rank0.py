@@ -460,13 +460,11 @@ class Rank0:
         conn = self.conns.get(arrival.sock) if arrival.sock is not None else None
         if conn is None:
             return
-        rank = int(arrival.facts["rank"])
-        if self.outcome.decision == "go":
-            payload = message("go", self.ident, line=self.final.get(rank, ""))
-        elif self.outcome.verdict:
-            payload = message("abort", self.ident, line=self.final.get(rank, ""))
+        line = self.final.get(int(arrival.facts["rank"]), "")
+        if self.outcome.decision == "go" or self.outcome.verdict:  # go, or abort after a sound one
+            payload = message(str(self.outcome.decision), self.ident, line=line)
         else:
-            payload = message("verdict", self.ident, ok=False, line=self.final.get(rank, ""))
+            payload = message("verdict", self.ident, ok=False, line=line)
         if self._send(conn, payload):
             arrival.told = True
 
