@@ -151,12 +151,8 @@ def bash(cmds: Sequence[Command]) -> str:
             lines.append('        case "$prev" in')
             for o in values:
                 pattern = "|".join(o.names)
-                if isinstance(o.value, tuple):
-                    action = f'COMPREPLY=($(compgen -W {q(" ".join(o.value))} -- "$cur"))'
-                elif o.value == FILE:
-                    action = files
-                else:
-                    action = ":"
+                action = (f'COMPREPLY=($(compgen -W {q(" ".join(o.value))} -- "$cur"))'
+                          if isinstance(o.value, tuple) else files if o.value == FILE else ":")
                 lines.append(f"            {pattern}) {action}; return 0 ;;")
             lines.append("        esac")
         if cmd.rest is not None:
@@ -214,12 +210,9 @@ def _zsh_spec(o: Opt) -> list[str]:
         if o.value is not None and not name.startswith("--"):
             head += "+"  # -oFILE or -o FILE
         spec = f"{head}[{_zsh_text(o.help)}]"
-        if isinstance(o.value, tuple):
-            spec += f":{name.lstrip('-')}:({' '.join(o.value)})"
-        elif o.value == FILE:
-            spec += ":file:_files"
-        elif o.value == ANY:
-            spec += f":{name.lstrip('-')}: "
+        word = name.lstrip("-")
+        spec += (f":{word}:({' '.join(o.value)})" if isinstance(o.value, tuple)
+                 else {FILE: ":file:_files", ANY: f":{word}: "}.get(str(o.value), ""))
         if len(o.names) > 1:
             spec = f"({' '.join(o.names)})" + spec
         specs.append(spec)
