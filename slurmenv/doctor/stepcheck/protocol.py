@@ -10,7 +10,7 @@ size, master address and port: :data:`ID_FIELDS`). The kinds, in the order of a 
     task -> rank 0   ack      id, task                           "I know the verdict"
     rank 0 -> task   go | abort  id, line                        phase 2: start, or do not
     task -> rank 0   outcome  id, task   (on a new connection)   "my link broke: what was it?"
-    rank 0 -> task   late | other-step  id, line                 not counted (see server.py)
+    rank 0 -> task   late | other-step  id, line                 not counted (see rank0.py)
 
 A field that is missing, null or of another type makes the message malformed: never a value
 that "agrees" (:func:`problems_of`).
