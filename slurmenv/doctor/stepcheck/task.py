@@ -26,12 +26,9 @@ def route_text(addr: str, port: int) -> str:
     (the kernel's route, found by connecting a UDP socket: no packet is sent)."""
     try:
         info = socket.getaddrinfo(addr, port, type=socket.SOCK_DGRAM)[0]
-        probe = socket.socket(info[0], socket.SOCK_DGRAM)
-        try:
+        with socket.socket(info[0], socket.SOCK_DGRAM) as probe:
             probe.connect(info[4])
             local = peer_text(probe.getsockname())
-        finally:
-            probe.close()
     except OSError as exc:
         return f"no route ({exc.strerror or exc})"
     return f"{_interface_of(local)} {local}".strip()
