@@ -136,11 +136,8 @@ def format_table(table: Mapping[str, Any]) -> str:
     if table["job_id"] and table["step_id"] is None:
         where = f"{table['launcher']} in job {table['job_id']}"
     layout = f", {table['layout']} layout" if table["layout"] else ""
-    title = (
-        f"{where}: {table['world_size']} ranks on {table['nnodes']} nodes{layout}; "
-        f"master {master['addr']}:{master['port']} (rank 0 on {master['node']}, marked *)"
-    )
-    lines = [title]
+    lines = [(f"{where}: {table['world_size']} ranks on {table['nnodes']} nodes{layout}; "
+              f"master {master['addr']}:{master['port']} (rank 0 on {master['node']}, marked *)")]
     header: tuple[str, ...] = ("RANK", "NODE", "NODE_RANK", "LOCAL_RANK", "PORTS", "GPUS")
     right: tuple[bool, ...] = (True, False, True, True, False, False)
     # the TensorFlow role of each rank, once roles are asked for (--tf-jobs, --tf-chief)

@@ -65,9 +65,7 @@ def _canonical(token: str) -> tuple[str | None, str | None]:
         if name in known:
             return name, inline if eq else None
         matches = [option for option in known if option.startswith(name)] if name else []
-        if len(matches) == 1:
-            return matches[0], inline if eq else None
-        return None, inline if eq else None
+        return matches[0] if len(matches) == 1 else None, inline if eq else None
     head = token[:2]
     if head in SHORT_OPTIONS:
         rest = token[2:].removeprefix("=")
