@@ -112,7 +112,8 @@ class Environment:
 
         super().__init__()
         self._environ = os.environ if environ is None else environ
-        self._resolution = resolution if resolution is not None else resolve(environ, **resolve_kwargs)
+        self._resolution = (resolution if resolution is not None
+                            else resolve(environ, **resolve_kwargs))
 
     def __copy__(self) -> Environment:
         return self  # immutable: a copy would be the same task's same answers
@@ -193,7 +194,8 @@ class Environment:
                 raise SlurmEnvError(
                     f"Lightning was given {name}={given}, but this step runs {res.world_size} "
                     f"tasks on {res.nnodes} node(s), {per_node} per node",
-                    variable=name, value=str(given), fix=f"pass devices={per_node}, num_nodes={res.nnodes} (devices=env.devices, "
+                    variable=name, value=str(given),
+                    fix=f"pass devices={per_node}, num_nodes={res.nnodes} (devices=env.devices, "
                     "num_nodes=env.num_nodes)",
                 )
 

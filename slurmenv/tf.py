@@ -81,7 +81,8 @@ def cluster_resolver(resolution: Resolution | None = None, *,
 POLL_SECONDS = 1.0
 
 
-def serve(resolver: Any = None, *, start_timeout: float = 600.0, poll: float = POLL_SECONDS) -> None:
+def serve(resolver: Any = None, *, start_timeout: float = 600.0,
+          poll: float = POLL_SECONDS) -> None:
     """Run this task's ``tf.distribute.Server`` (a ``ps`` or ``worker`` of
     ``ParameterServerStrategy``) until the chief is done, then return (``Server.join()`` never
     returns, so such a step never ended): while the chief's address accepts TCP connections,

@@ -98,7 +98,8 @@ def test_a_launcher_without_claims_is_refused(monkeypatch: pytest.MonkeyPatch) -
 def test_a_new_doctor_check_appears_in_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(registry, "ENTRIES", list(registry.ENTRIES))
     registry.check("new", "new check", "what the new check looks at")(lambda ctx: None)
-    assert doc_tables._doctor_checks().splitlines()[-1] == "| `new check` | what the new check looks at |"
+    last = doc_tables._doctor_checks().splitlines()[-1]
+    assert last == "| `new check` | what the new check looks at |"
     text = (ROOT / "docs" / "doctor.md").read_text(encoding="utf-8")
     assert doc_tables.regenerated(text) != text
 

@@ -297,7 +297,8 @@ def test_the_step_check_loads_none_of_the_doctors_checks() -> None:
     env.update(synth.step_env(["n1"], [1], 0))
     code = ("import os, slurmenv\nfrom slurmenv.doctor import stepcheck\n"
             "assert stepcheck.run(slurmenv.resolve(), os.environ, {}, 1)[0]")
-    doctor = {m for m in loaded_after(code, env) if m.startswith(("slurmenv.doctor", "slurmenv.dump"))}
+    loaded = loaded_after(code, env)
+    doctor = {m for m in loaded if m.startswith(("slurmenv.doctor", "slurmenv.dump"))}
     assert doctor == {"slurmenv.doctor", *(m for m in MODULES if ".stepcheck" in m)}, doctor
 
 

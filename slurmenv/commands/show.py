@@ -132,7 +132,8 @@ def step_table(res: Resolution, environ: Mapping[str, str]) -> dict[str, Any]:
 def format_table(table: Mapping[str, Any]) -> str:
     """``--all-ranks`` as text: a header, one row per rank, a legend."""
     master = table["master"]
-    where = f"job {table['job_id']} step {table['step_id']}" if table["job_id"] else table["launcher"]
+    where = (f"job {table['job_id']} step {table['step_id']}" if table["job_id"]
+             else table["launcher"])
     if table["job_id"] and table["step_id"] is None:
         where = f"{table['launcher']} in job {table['job_id']}"
     layout = f", {table['layout']} layout" if table["layout"] else ""

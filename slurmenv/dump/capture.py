@@ -148,7 +148,8 @@ def _why_not_kept(name: str, path: str, data: bytes) -> str | None:
     return None
 
 
-def _read_files(environ: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+def _read_files(environ: Mapping[str, str]
+                ) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
     """(text files, binary files base64, why others were not recorded) of
     :data:`FILE_VARIABLES`."""
     import base64

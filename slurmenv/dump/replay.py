@@ -316,12 +316,11 @@ def load(path: str) -> Dump:
         raise _bad(path, "'probe' is not a mapping")
     binary = _strings(data, "binary_files", path)
     import base64
-    import binascii
 
     for name, content in binary.items():
         try:
             base64.b64decode(content, validate=True)
-        except (binascii.Error, ValueError):
+        except ValueError:  # binascii.Error is one
             raise _bad(path, f"binary_files.{name} is not base64") from None
     evidence = data.get("step_evidence")
     if evidence is not None and not isinstance(evidence, str):
