@@ -22,10 +22,8 @@ from .report import ERROR, OK, SKIPPED, WARNING, Check
 def _template_fix(ctx: Context) -> str:
     template = ctx.options.get("addr_template") or ctx.environ.get("SLURMENV_ADDR_TEMPLATE")
     if template:
-        return (
-            f"the address template {template!r} (SLURMENV_ADDR_TEMPLATE/--addr-template) makes a "
-            "name this node cannot resolve: fix or drop it"
-        )
+        return (f"the address template {template!r} (SLURMENV_ADDR_TEMPLATE/--addr-template) makes "
+                "a name this node cannot resolve: fix or drop it")
     return "node names must resolve on every node (DNS or /etc/hosts); otherwise give a name " \
         "that does with --addr-template/SLURMENV_ADDR_TEMPLATE (e.g. '{host}-ib')"
 

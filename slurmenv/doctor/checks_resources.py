@@ -38,14 +38,9 @@ def _check_gpus(ctx: Context) -> Check:
     node_note = f" (SLURM_GPUS_ON_NODE={on_node})" if on_node is not None else ""
     if name in res.bindings:  # --bind-gpus: the task gets its share of the node's list
         share = res.bindings[name]
-        return Check(
-            "gpus", OK,
-            f"{seen} shared by the {tasks} task(s) on {ctx.node}; slurmenv's GPU binding gives "
-            f"this task {name}={share}: use device 0 (cuda:0)"
-            if gpus.count_list(share) == 1 else
-            f"{seen} shared by the {tasks} task(s) on {ctx.node}; slurmenv's GPU binding gives "
-            f"this task {name}={share}",
-        )
+        use = ": use device 0 (cuda:0)" if gpus.count_list(share) == 1 else ""
+        return Check("gpus", OK, f"{seen} shared by the {tasks} task(s) on {ctx.node}; slurmenv's "
+                     f"GPU binding gives this task {name}={share}{use}")
     if count == 0:
         return Check("gpus", WARNING, f"{seen}: no GPU visible to this task",
                      "request GPUs for the step: srun --gpus-per-task=1 or --gres=gpu:N")

@@ -141,9 +141,7 @@ class Context(NamedTuple):
         if res is not None:
             return f"rank {res.rank} of {res.world_size} on {self.node} ({res.label})"
         if self.job:
-            if self.in_batch_script():
-                where = "outside any step"
-            else:
-                where = f"step {self.step}" if self.step else "no step of its own"
+            where = ("outside any step" if self.in_batch_script() else
+                     f"step {self.step}" if self.step else "no step of its own")
             return f"job {self.job}, {where}, on {self.node}"
         return f"on {self.node}"

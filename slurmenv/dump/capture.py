@@ -9,11 +9,12 @@ import datetime
 import os
 import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import __version__, resolve
 from ..errors import SlurmEnvError
+from ..launchers import apinfo, base
 from ..resolution import Resolution
 from .allowlist import FILE_VARIABLES, select
 from .probe import cpus
@@ -115,17 +116,11 @@ def _hosts(name: str, data: bytes) -> None:
         raise SlurmEnvError(f"{name} names {bad!r}, no host name", variable=name)
 
 
-def _apinfo(name: str, data: bytes) -> None:
-    """A PALS apinfo file, read as the PALS launcher reads it (:func:`apinfo.parse`)."""
-    from ..launchers import apinfo
-
-    apinfo.parse(data, name)
-
-
 #: How each variable of FILE_VARIABLES' file is checked to be what the variable documents
 #: (raises SlurmEnvError or UnicodeDecodeError when it is not): the resolver's own readers.
-FILE_CHECKS = {"SLURM_HOSTFILE": _hosts, "PBS_NODEFILE": _hosts, "LSB_DJOB_RANKFILE": _hosts,
-               "PALS_APINFO": _apinfo}
+FILE_CHECKS: dict[str, Callable[[str, bytes], object]] = {
+    "SLURM_HOSTFILE": _hosts, "PBS_NODEFILE": _hosts, "LSB_DJOB_RANKFILE": _hosts,
+    "PALS_APINFO": lambda name, data: apinfo.parse(data, name)}  # as the PALS launcher does
 
 
 def _printable_runs(data: bytes) -> list[str]:
@@ -137,8 +132,6 @@ def _printable_runs(data: bytes) -> list[str]:
 def _why_not_kept(name: str, path: str, data: bytes) -> str | None:
     """Why the file ``path`` named by ``name`` is not recorded (None: kept): not what the
     variable documents (:data:`FILE_CHECKS`), or a line that looks like a credential."""
-    from ..launchers import base
-
     try:
         FILE_CHECKS[name](name, data)
     except (SlurmEnvError, UnicodeDecodeError):
