@@ -176,7 +176,7 @@ def test_the_graph_sees_imports() -> None:
     # The checker itself: known edges of each kind (top level, relative from a package,
     # lazy inside a function, TYPE_CHECKING only) are found, and a loop is named.
     assert import_edges("slurmenv.commands.main")["slurmenv.render"] == TOP
-    assert import_edges("slurmenv.dump.capture")["slurmenv.launchers.evidence"] == LAZY
+    assert import_edges("slurmenv.dump.capture")["slurmenv.nodes"] == LAZY
     assert import_edges("slurmenv.launchers.slurm")["slurmenv.launchers.base"] == TOP  # from .base
     assert import_edges("slurmenv.rivals")["slurmenv.resolution"] == TYPES
     # a subpackage's __init__ runs first: an edge of the same kind; never the top package's

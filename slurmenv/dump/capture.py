@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import __version__, resolve
 from ..errors import SlurmEnvError
-from ..launchers import apinfo, base
+from ..launchers import apinfo, base, evidence
 from ..resolution import Resolution
 from .allowlist import FILE_VARIABLES, select
 from .probe import cpus
@@ -201,8 +201,6 @@ def collect(environ: Mapping[str, str] | None = None, options: Mapping[str, Any]
     data["files"], data["binary_files"], skipped = _read_files(env)
     if skipped:
         data["files_not_recorded"] = skipped
-    from ..launchers import evidence
-
     data["step_evidence"] = found = evidence.find()
     # The resolution recorded reads only the files recorded: an error quoting a file kept out
     # (its lines, its size) would copy it into the dump all the same.
