@@ -11,50 +11,47 @@ workers exceeds. tensorflow is imported only when the function is called.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
 from .resolution import Resolution
 
-_CLASS: Any = None
 
-
+@functools.cache
 def _resolver_class() -> Any:
     """``SlurmClusterResolver``: a TFConfigClusterResolver fed from a dict, not ``TF_CONFIG``
     (not a SimpleClusterResolver, which would report no local GPU to the strategy)."""
-    global _CLASS
-    if _CLASS is None:
-        import tensorflow as tf
+    import tensorflow as tf
 
-        base = tf.distribute.cluster_resolver.TFConfigClusterResolver
+    base = tf.distribute.cluster_resolver.TFConfigClusterResolver
 
-        class SlurmClusterResolver(base):  # type: ignore[misc, valid-type]
-            """TensorFlow's view of a Slurm step, built by slurmenv (no ``TF_CONFIG`` read)."""
+    class SlurmClusterResolver(base):  # type: ignore[misc, valid-type]
+        """TensorFlow's view of a Slurm step, built by slurmenv (no ``TF_CONFIG`` read)."""
 
-            def __init__(self, config: dict[str, Any], rpc_layer: str = "grpc") -> None:
-                task = config["task"]
-                super().__init__(task_type=task["type"], task_id=int(task["index"]),
-                                 rpc_layer=rpc_layer)
-                self._slurmenv_cluster = {k: list(v) for k, v in config["cluster"].items()}
+        def __init__(self, config: dict[str, Any], rpc_layer: str = "grpc") -> None:
+            task = config["task"]
+            super().__init__(task_type=task["type"], task_id=int(task["index"]),
+                             rpc_layer=rpc_layer)
+            self._slurmenv_cluster = {k: list(v) for k, v in config["cluster"].items()}
 
-            def cluster_spec(self) -> Any:
-                return tf.train.ClusterSpec(self._slurmenv_cluster)
+        def cluster_spec(self) -> Any:
+            return tf.train.ClusterSpec(self._slurmenv_cluster)
 
-            def master(self, task_type: str | None = None, task_id: int | None = None,
-                       rpc_layer: str | None = None) -> str:
-                spec = self.cluster_spec()
-                jobs = spec.jobs
-                if not jobs or (len(jobs) == 1 and len(spec.job_tasks(jobs[0])) == 1):
-                    return ""
-                task_type = self.task_type if task_type is None else task_type
-                if task_type not in jobs:  # the evaluator: no server, not in the cluster
-                    return ""
-                address = spec.task_address(task_type, self.task_id if task_id is None else task_id)
-                layer = self.rpc_layer if rpc_layer is None else rpc_layer
-                return f"{layer}://{address}" if layer else str(address)
+        def master(self, task_type: str | None = None, task_id: int | None = None,
+                   rpc_layer: str | None = None) -> str:
+            spec = self.cluster_spec()
+            jobs = spec.jobs
+            if not jobs or (len(jobs) == 1 and len(spec.job_tasks(jobs[0])) == 1):
+                return ""
+            task_type = self.task_type if task_type is None else task_type
+            if task_type not in jobs:  # the evaluator: no server, not in the cluster
+                return ""
+            address = spec.task_address(task_type, self.task_id if task_id is None else task_id)
+            layer = self.rpc_layer if rpc_layer is None else rpc_layer
+            return f"{layer}://{address}" if layer else str(address)
 
-        _CLASS = SlurmClusterResolver
-    return _CLASS
+    return SlurmClusterResolver
 
 
 def cluster_resolver(resolution: Resolution | None = None, *,
