@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import shlex
-import sys
 from collections.abc import Sequence
 
 from ..lean import NamedTuple
@@ -354,7 +353,3 @@ def main(argv: Sequence[str]) -> int:
 
     args = build_parser().parse_args(argv)
     return write_output(script(args.shell))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main(sys.argv[1:]))

@@ -19,6 +19,7 @@ import os
 import sys
 
 from ..lean import TYPE_CHECKING
+from .console import run_script, unexpected, write_output  # run_script starts every run
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -115,8 +116,6 @@ def run(environ: Mapping[str, str], site: bool = False) -> tuple[int, str]:
     except SlurmEnvError as exc:
         return 1, refusal(f"slurmenv: error: {exc}\nslurmenv: the task was not started")
     except Exception as exc:  # noqa: BLE001 - a bug must still stop the task, with a reason
-        from .console import unexpected
-
         status, message = unexpected(exc, "The task was not started.", debug_hint=False)
         return status, refusal(message)
 
@@ -134,20 +133,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             status, text = run(os.environ, site=args == [SITE])
         if not text:
             return status
-        from .console import write_output
-
         return write_output(text) or status
     except KeyboardInterrupt:
-        from .console import write_output
-
         write_output(refusal("slurmenv: interrupted. The task was not started."))
         return 130  # 128 + SIGINT, as a shell reports it
 
 
 def entry_point() -> NoReturn:
     """The ``slurmenv-task-prolog`` console script (``console.run_script``, as ``slurmenv``)."""
-    from .console import run_script
-
     if os.environ.get("SLURM_SCRIPT_CONTEXT") == "prolog_task":
         quiet_stderr()
     run_script(main)
