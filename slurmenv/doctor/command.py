@@ -37,18 +37,14 @@ def build_parser() -> argparse.ArgumentParser:
         "exec slurmenv exec -- python train.py'",
     )
     parser.add_argument("--json", action="store_true", help="JSON instead of text")
-    parser.add_argument(
-        "--from", dest="from_file", metavar="FILE",
-        help="diagnose a file written by 'slurmenv dump' (node facts only if it was taken "
-        "with --probe)",
-    )
+    parser.add_argument("--from", dest="from_file", metavar="FILE",
+                        help="diagnose a file written by 'slurmenv dump' (node facts only if it "
+                        "was taken with --probe)")
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="print only warnings, errors and a one-line summary")
-    parser.add_argument(
-        "--export-ifname", action="store_true",
-        help="print export lines for NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME on stdout (for "
-        "eval) and the problems on stderr",
-    )
+    parser.add_argument("--export-ifname", action="store_true",
+                        help="print export lines for NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME "
+                        "on stdout (for eval) and the problems on stderr")
     parser.add_argument("--shell", choices=render.SHELLS, default="sh",
                         help="syntax of --export-ifname (default sh)")
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto",
@@ -60,11 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
         "resolved; rank 0 reports missing, duplicate and disagreeing ranks. Exit status 1 in "
         "every task when the step is not sound",
     )
-    parser.add_argument(
-        "--step-timeout", metavar="SECONDS", default=None,
-        help="how long the step check waits for the other tasks (SLURMENV_STEP_TIMEOUT, "
-        "default 30)",
-    )
+    parser.add_argument("--step-timeout", metavar="SECONDS", default=None,
+                        help="how long the step check waits for the other tasks "
+                        "(SLURMENV_STEP_TIMEOUT, default 30)")
     add_resolution_options(parser)
     return parser
 
