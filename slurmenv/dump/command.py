@@ -27,18 +27,14 @@ def build_parser() -> argparse.ArgumentParser:
         "'slurmenv show --from FILE' and 'slurmenv doctor --from FILE' replay anywhere. "
         "Run it where the problem is: srun slurmenv dump",
     )
-    parser.add_argument(
-        "-o", "--output", default=DEFAULT_OUTPUT, metavar="FILE",
-        help=f"file to write, '-' for stdout; %%j job, %%s step, %%t rank, %%n node index, "
-        f"%%N host name (default {DEFAULT_OUTPUT.replace('%', '%%')})",
-    )
+    parser.add_argument("-o", "--output", default=DEFAULT_OUTPUT, metavar="FILE",
+                        help=f"file to write, '-' for stdout; %%j job, %%s step, %%t rank, %%n "
+                        f"node index, %%N host name (default {DEFAULT_OUTPUT.replace('%', '%%')})")
     parser.add_argument("--force", action="store_true",
                         help="replace an existing file (never through a symbolic link)")
-    parser.add_argument(
-        "--probe", action="store_true",
-        help="also record the node facts doctor checks (DNS answer for the master, interfaces, "
-        "listening ports, CPUs): one DNS lookup per task",
-    )
+    parser.add_argument("--probe", action="store_true",
+                        help="also record the node facts doctor checks (DNS answer for the "
+                        "master, interfaces, listening ports, CPUs): one DNS lookup per task")
     add_resolution_options(parser)
     return parser
 
