@@ -31,9 +31,8 @@ def local_device_ids(res: Resolution) -> list[int] | None:
     return list(range(res.local_rank * per, (res.local_rank + 1) * per))
 
 
-def initialize_args(
-    resolution: Resolution | None = None, *, environ: Mapping[str, str] | None = None
-) -> dict[str, Any]:
+def initialize_args(resolution: Resolution | None = None, *,
+                    environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """``coordinator_address``, ``num_processes``, ``process_id`` and ``local_device_ids`` for
     ``jax.distributed.initialize`` (one JAX process per Slurm task)."""
     from . import resolve
@@ -47,21 +46,14 @@ def initialize_args(
     }
 
 
-def initialize(
-    resolution: Resolution | None = None,
-    *,
-    environ: Mapping[str, str] | None = None,
-    **kwargs: Any,
-) -> Resolution:
+def initialize(resolution: Resolution | None = None, *, environ: Mapping[str, str] | None = None,
+               **kwargs: Any) -> Resolution:
     """Call ``jax.distributed.initialize`` with :func:`initialize_args` (``kwargs`` win) and
     return the resolution used."""
     from . import resolve
 
     res = resolution if resolution is not None else resolve(environ)
-    args = initialize_args(res)
-    args.update(kwargs)
-
     import jax
 
-    jax.distributed.initialize(**args)
+    jax.distributed.initialize(**{**initialize_args(res), **kwargs})
     return res

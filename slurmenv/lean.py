@@ -9,16 +9,18 @@ treats any ``TYPE_CHECKING`` as true).
 At run time ``NamedTuple`` builds a tuple class with the fields, defaults, docstring and
 methods ``typing.NamedTuple`` gives (``_make``, ``_replace``, ``_asdict``, pickling), without
 the per-class code that :func:`collections.namedtuple` writes and compiles at import.
+:func:`lazy` re-exports a package's names without its ``__init__`` importing its modules.
 """
 
 from __future__ import annotations
 
-__all__ = ["TYPE_CHECKING", "NamedTuple", "bisect_right"]
+__all__ = ["TYPE_CHECKING", "NamedTuple", "bisect_right", "lazy"]
 
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from typing import NamedTuple
+    from collections.abc import Callable, Mapping
+    from typing import Any, NamedTuple
 else:
     from _collections import _tuplegetter  # what collections.namedtuple uses
 
@@ -127,3 +129,22 @@ def bisect_right(values: list[int], x: int) -> int:
         else:
             lo = mid + 1
     return lo
+
+
+def lazy(package: str, where: Mapping[str, str]) -> Callable[[str], Any]:
+    """The ``__getattr__`` of a package that re-exports ``where``'s names (name -> module, as
+    ``importlib.import_module(module, package)`` takes it), each loaded on first use: an
+    ``__init__`` importing its own modules would tie each of them to it in a loop (they run it
+    first), and load them all where one is needed (tests/test_imports.py)."""
+    import importlib
+    import sys
+
+    def __getattr__(name: str) -> Any:
+        module = where.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module, package), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    return __getattr__

@@ -6,17 +6,11 @@
 >>> trainer = Trainer(devices=env.devices, num_nodes=env.num_nodes, plugins=[env])
 
 Lightning's own ``SLURMEnvironment`` reads the job's ``SLURM_NTASKS_PER_NODE`` (wrong in a
-step that runs fewer tasks per node than the job) and refuses steps started with ``-n``
-alone. This plugin takes the rank, world size, local rank, node rank, main address and port
-from slurmenv instead, and ignores Lightning's ``set_global_rank``/``set_world_size``: Lightning
-would compute ``node_rank * devices + local_rank``, which is not the rank of a cyclic or plane
-layout.
-
-The ``lightning`` package and the ``pytorch_lightning``/``lightning_fabric`` pair each have
-their own ``ClusterEnvironment`` class; an ``Environment`` is an instance of the one of every
-package the program has imported (of every installed one when it has imported none yet).
-Lightning is imported only here, when an ``Environment`` is made; slurmenv does not depend
-on it.
+step with fewer tasks per node than the job) and refuses steps started with ``-n`` alone; this
+one answers from slurmenv and ignores ``set_global_rank`` (Lightning's ``node_rank * devices +
+local_rank`` is not the rank of a cyclic or plane layout). An ``Environment`` is an instance
+of the ``ClusterEnvironment`` of every Lightning package the program has imported (every
+installed one when none yet), imported only when one is made.
 """
 
 from __future__ import annotations
@@ -50,11 +44,8 @@ _EVEN_FIX = (
 
 
 def packages() -> tuple[str, ...]:
-    """The Lightning packages whose ``ClusterEnvironment`` an Environment is made to extend.
-
-    Those the program has already imported; if none, every installed one (found without
-    importing it). Raises SlurmEnvError when Lightning is not installed.
-    """
+    """The Lightning packages whose ``ClusterEnvironment`` an Environment extends: those
+    imported, else every installed one (not imported); SlurmEnvError when there is none."""
     imported = {_IMPORTED_BY[name] for name in _IMPORTED_BY if name in sys.modules}
     if imported:
         return tuple(name for name in BASES if name in imported)
@@ -77,8 +68,7 @@ def _implementation() -> type:
 
 
 def tasks_per_node(res: Resolution) -> list[int] | None:
-    """How many tasks run on each node of the step, in node order (None when the launcher
-    does not tell where every rank runs)."""
+    """The tasks on each node, in node order (None when the layout is not known)."""
     try:
         node_of = res.node_of
     except SlurmEnvError:
@@ -92,12 +82,7 @@ def check_even(res: Resolution, environ: Mapping[str, str] | None = None) -> int
     of tasks (Lightning's ``devices`` is one number for all nodes)."""
     env = os.environ if environ is None else environ
     counts = tasks_per_node(res)
-    even = (
-        len(set(counts)) == 1
-        if counts
-        else res.world_size == res.nnodes * res.local_world_size
-    )
-    if even:
+    if len(set(counts)) == 1 if counts else res.world_size == res.nnodes * res.local_world_size:
         return res.local_world_size
     shown = ",".join(map(str, counts)) if counts else f"{res.local_world_size} on this node"
     variable = "SLURM_STEP_TASKS_PER_NODE" if "SLURM_STEP_TASKS_PER_NODE" in env else None
@@ -105,40 +90,30 @@ def check_even(res: Resolution, environ: Mapping[str, str] | None = None) -> int
         f"Lightning cannot run this step: its {res.world_size} tasks are spread unevenly over "
         f"{res.nnodes} nodes ({shown} tasks per node), and Lightning needs the same number on "
         "every node (devices x num_nodes = world size)",
-        variable=variable,
-        value=env.get(variable) if variable else None,
+        variable=variable, value=env.get(variable) if variable else None,
         fix=_EVEN_FIX.format(nnodes=res.nnodes),
     )
 
 
 class Environment:
-    """Lightning's ``ClusterEnvironment`` for a task resolved by slurmenv.
-
-    Pass it in ``plugins=[...]`` of ``Fabric`` or ``Trainer``, with ``devices=env.devices``
-    and ``num_nodes=env.num_nodes``. ``resolution`` (default: ``slurmenv.resolve(environ,
-    **resolve_kwargs)``, made here) is what every property returns; SlurmEnvError is raised
-    here when the task cannot be resolved.
-    """
+    """Lightning's ``ClusterEnvironment`` for a task resolved by slurmenv: ``plugins=[env]``
+    of ``Fabric`` or ``Trainer``, with ``devices=env.devices`` and ``num_nodes=env.num_nodes``.
+    Every answer comes from ``resolution`` (default ``slurmenv.resolve(environ,
+    **resolve_kwargs)``, made here: SlurmEnvError when the task cannot be resolved)."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Environment:  # noqa: PYI034
         made = _implementation() if cls is Environment else cls
         instance: Environment = super().__new__(made)
         return instance
 
-    def __init__(
-        self,
-        resolution: Resolution | None = None,
-        *,
-        environ: Mapping[str, str] | None = None,
-        **resolve_kwargs: Any,
-    ) -> None:
+    def __init__(self, resolution: Resolution | None = None, *,
+                 environ: Mapping[str, str] | None = None, **resolve_kwargs: Any) -> None:
         from . import resolve
 
         super().__init__()
         self._environ = os.environ if environ is None else environ
-        self._resolution = (
-            resolution if resolution is not None else resolve(environ, **resolve_kwargs)
-        )
+        self._resolution = (resolution if resolution is not None
+                            else resolve(environ, **resolve_kwargs))
 
     def __copy__(self) -> Environment:
         return self  # immutable: a copy would be the same task's same answers
@@ -219,8 +194,7 @@ class Environment:
                 raise SlurmEnvError(
                     f"Lightning was given {name}={given}, but this step runs {res.world_size} "
                     f"tasks on {res.nnodes} node(s), {per_node} per node",
-                    variable=name,
-                    value=str(given),
+                    variable=name, value=str(given),
                     fix=f"pass devices={per_node}, num_nodes={res.nnodes} (devices=env.devices, "
                     "num_nodes=env.num_nodes)",
                 )

@@ -11,81 +11,59 @@ workers exceeds. tensorflow is imported only when the function is called.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
 from .resolution import Resolution
 
-_CLASS: Any = None
 
-
+@functools.cache
 def _resolver_class() -> Any:
-    """``SlurmClusterResolver``: a TFConfigClusterResolver fed from a dict, not ``TF_CONFIG``.
+    """``SlurmClusterResolver``: a TFConfigClusterResolver fed from a dict, not ``TF_CONFIG``
+    (not a SimpleClusterResolver, which would report no local GPU to the strategy)."""
+    import tensorflow as tf
 
-    Subclassing TFConfigClusterResolver (rather than SimpleClusterResolver) keeps
-    MultiWorkerMirroredStrategy counting local GPUs itself; SimpleClusterResolver would
-    report none unless told.
-    """
-    global _CLASS
-    if _CLASS is None:
-        import tensorflow as tf
+    base = tf.distribute.cluster_resolver.TFConfigClusterResolver
 
-        base = tf.distribute.cluster_resolver.TFConfigClusterResolver
+    class SlurmClusterResolver(base):  # type: ignore[misc, valid-type]
+        """TensorFlow's view of a Slurm step, built by slurmenv (no ``TF_CONFIG`` read)."""
 
-        class SlurmClusterResolver(base):  # type: ignore[misc, valid-type]
-            """TensorFlow's view of a Slurm step, built by slurmenv (no ``TF_CONFIG`` read)."""
+        def __init__(self, config: dict[str, Any], rpc_layer: str = "grpc") -> None:
+            task = config["task"]
+            super().__init__(task_type=task["type"], task_id=int(task["index"]),
+                             rpc_layer=rpc_layer)
+            self._slurmenv_cluster = {k: list(v) for k, v in config["cluster"].items()}
 
-            def __init__(self, config: dict[str, Any], rpc_layer: str = "grpc") -> None:
-                task = config["task"]
-                super().__init__(
-                    task_type=task["type"], task_id=int(task["index"]), rpc_layer=rpc_layer
-                )
-                self._slurmenv_cluster = {k: list(v) for k, v in config["cluster"].items()}
+        def cluster_spec(self) -> Any:
+            return tf.train.ClusterSpec(self._slurmenv_cluster)
 
-            def cluster_spec(self) -> Any:
-                return tf.train.ClusterSpec(self._slurmenv_cluster)
+        def master(self, task_type: str | None = None, task_id: int | None = None,
+                   rpc_layer: str | None = None) -> str:
+            spec = self.cluster_spec()
+            jobs = spec.jobs
+            if not jobs or (len(jobs) == 1 and len(spec.job_tasks(jobs[0])) == 1):
+                return ""
+            task_type = self.task_type if task_type is None else task_type
+            if task_type not in jobs:  # the evaluator: no server, not in the cluster
+                return ""
+            address = spec.task_address(task_type, self.task_id if task_id is None else task_id)
+            layer = self.rpc_layer if rpc_layer is None else rpc_layer
+            return f"{layer}://{address}" if layer else str(address)
 
-            def master(
-                self,
-                task_type: str | None = None,
-                task_id: int | None = None,
-                rpc_layer: str | None = None,
-            ) -> str:
-                spec = self.cluster_spec()
-                jobs = spec.jobs
-                if not jobs or (len(jobs) == 1 and len(spec.job_tasks(jobs[0])) == 1):
-                    return ""
-                task_type = self.task_type if task_type is None else task_type
-                if task_type not in jobs:  # the evaluator: no server, not in the cluster
-                    return ""
-                address = spec.task_address(
-                    task_type, self.task_id if task_id is None else task_id
-                )
-                layer = self.rpc_layer if rpc_layer is None else rpc_layer
-                return f"{layer}://{address}" if layer else str(address)
-
-        _CLASS = SlurmClusterResolver
-    return _CLASS
+    return SlurmClusterResolver
 
 
-def cluster_resolver(
-    resolution: Resolution | None = None,
-    *,
-    environ: Mapping[str, str] | None = None,
-    rpc_layer: str = "grpc",
-    jobs: Mapping[str, int] | str | None = None,
-) -> Any:
-    """A ``tf.distribute.cluster_resolver`` for this task of the step.
-
-    It is a ``TFConfigClusterResolver`` subclass whose cluster spec, task type and task index
-    come from ``resolution.tf_config`` (``slurmenv.resolve(environ)`` unless given), never from
-    the ``TF_CONFIG`` variable. ``SLURMENV_TF_CHIEF=1`` (or ``resolve(tf_chief=True)``) makes
-    rank 0 the chief. ``jobs`` (``{"chief": 1, "ps": 2, "worker": 4}`` as TensorFlow's
-    ``SlurmClusterResolver`` takes it, or ``"chief=1,ps=2,worker=4"``; also
-    ``SLURMENV_TF_JOBS``) gives the ranks TensorFlow job roles, in slices in the order
-    chief, evaluator, ps, worker. Raises :class:`slurmenv.SlurmEnvError` when the step cannot
-    be resolved or the jobs do not fit it.
-    """
+def cluster_resolver(resolution: Resolution | None = None, *,
+                     environ: Mapping[str, str] | None = None, rpc_layer: str = "grpc",
+                     jobs: Mapping[str, int] | str | None = None) -> Any:
+    """A ``tf.distribute.cluster_resolver`` for this task of the step: a
+    ``TFConfigClusterResolver`` fed from ``resolution.tf_config`` (``slurmenv.resolve(environ)``
+    unless given), never the ``TF_CONFIG`` variable. ``SLURMENV_TF_CHIEF=1`` makes rank 0 the
+    chief; ``jobs`` (``{"chief": 1, "ps": 2, "worker": 4}`` as TensorFlow's
+    ``SlurmClusterResolver`` takes it, or ``"chief=1,ps=2,worker=4"``; ``SLURMENV_TF_JOBS``)
+    gives the ranks roles, in slices in the order chief, evaluator, ps, worker. SlurmEnvError
+    when the step cannot be resolved or the jobs do not fit it."""
     from . import resolve
 
     if jobs is not None and resolution is not None:
@@ -93,31 +71,20 @@ def cluster_resolver(
     if jobs is not None and not isinstance(jobs, str):
         jobs = ",".join(f"{name}={count}" for name, count in dict(jobs).items())
     res = resolution if resolution is not None else resolve(environ, tf_jobs=jobs)
-    config = res.tf_config
-    return _resolver_class()(config, rpc_layer=rpc_layer)
+    return _resolver_class()(res.tf_config, rpc_layer=rpc_layer)
 
 
 #: How often :func:`serve` looks whether the chief still listens, in seconds.
 POLL_SECONDS = 1.0
 
 
-def serve(
-    resolver: Any = None,
-    *,
-    start_timeout: float = 600.0,
-    poll: float = POLL_SECONDS,
-) -> None:
+def serve(resolver: Any = None, *, start_timeout: float = 600.0,
+          poll: float = POLL_SECONDS) -> None:
     """Run this task's ``tf.distribute.Server`` (a ``ps`` or ``worker`` of
-    ``ParameterServerStrategy``) until the chief is done, then return.
-
-    ``Server.join()`` never returns, so a step whose servers call it never ends by itself.
-    Here the server runs while the chief's address (``cluster_spec()``'s ``chief`` 0, where
-    its coordinator listens) accepts TCP connections: once it has accepted one and then
-    refuses two in a row (the chief's process ended), this returns and the task can exit
-    with status 0. The step's status is then the chief's (``srun --kill-on-bad-exit=1``
-    stops the servers at once if the chief fails). Raises TimeoutError when the chief never
-    listens within ``start_timeout`` seconds.
-    """
+    ``ParameterServerStrategy``) until the chief is done, then return (``Server.join()`` never
+    returns, so such a step never ended): while the chief's address accepts TCP connections,
+    until it refuses two in a row once it has accepted one; the step's status is then the
+    chief's. TimeoutError when the chief never listens within ``start_timeout`` seconds."""
     import socket
     import time
 
@@ -128,10 +95,8 @@ def serve(
     spec = resolver.cluster_spec()
     if "chief" not in spec.jobs:
         raise ValueError("serve() needs a chief in the cluster (--tf-jobs chief=1,ps=...)")
-    server = tf.distribute.Server(
-        spec, job_name=resolver.task_type, task_index=resolver.task_id,
-        protocol=resolver.rpc_layer or "grpc", start=True,
-    )
+    server = tf.distribute.Server(spec, job_name=resolver.task_type, task_index=resolver.task_id,
+                                  protocol=resolver.rpc_layer or "grpc", start=True)
     host, _, port = str(spec.task_address("chief", 0)).rpartition(":")
     chief = (host.strip("[]"), int(port))
     deadline = time.monotonic() + start_timeout

@@ -15,40 +15,22 @@ from .resolution import Resolution
 
 
 def device_index(local_rank: int, visible: int) -> int:
-    """The CUDA device of a local rank among the ``visible`` devices this task sees.
-
-    Indexes into what the task already sees (never a global GPU number): local rank ``k``
-    takes device ``k`` when it exists, else ``k % visible`` (tasks share GPUs); a task that
-    sees one device (``--gpus-per-task=1`` or a binding) takes device 0.
-    """
+    """The CUDA device of a local rank among the ``visible`` devices this task sees (never a
+    global GPU number): ``k`` when it exists, else ``k % visible``; 0 when it sees one."""
     if visible < 1:
         raise ValueError("no visible device")
     return local_rank if local_rank < visible else local_rank % visible
 
 
-def init_process_group(
-    backend: str | None = None,
-    *,
-    resolution: Resolution | None = None,
-    environ: Mapping[str, str] | None = None,
-    **kwargs: Any,
-) -> Resolution:
-    """Join this task's process group and return the :class:`~slurmenv.Resolution` used.
-
-    * Resolves (``slurmenv.resolve(environ)`` unless ``resolution`` is given; inside torchrun
-      its own variables win) and sets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
-      ``MASTER_ADDR``, ``MASTER_PORT``, ... in ``os.environ`` without overwriting values that
-      are already set.
-    * ``backend`` defaults to ``nccl`` when CUDA is available, else ``gloo``.
-    * With CUDA, selects the device of this local rank among the devices the task sees
-      (:func:`device_index`) before joining.
-    * Calls ``torch.distributed.init_process_group(backend, init_method="env://",
-      rank=..., world_size=..., **kwargs)``; ``kwargs`` (``timeout``, ``device_id``, ...)
-      are passed on and may override ``init_method``.
-
-    Raises :class:`slurmenv.SlurmEnvError` before touching torch when the step cannot be
-    resolved (for example in the batch script, outside ``srun``).
-    """
+def init_process_group(backend: str | None = None, *, resolution: Resolution | None = None,
+                       environ: Mapping[str, str] | None = None, **kwargs: Any) -> Resolution:
+    """Join this task's process group and return the :class:`~slurmenv.Resolution` used:
+    resolve (``slurmenv.resolve(environ)`` unless ``resolution`` is given), set ``RANK``,
+    ``MASTER_ADDR``, ... in ``os.environ`` where unset, select this local rank's CUDA device
+    (:func:`device_index`), then ``torch.distributed.init_process_group(backend,
+    init_method="env://", rank=..., world_size=..., **kwargs)``; ``backend`` defaults to
+    ``nccl`` with CUDA, else ``gloo``. SlurmEnvError before torch is touched when the step
+    cannot be resolved (in the batch script, outside ``srun``)."""
     from . import resolve
 
     res = resolution if resolution is not None else resolve(environ)

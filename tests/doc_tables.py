@@ -43,12 +43,13 @@ def _registry() -> str:
 
 
 def _doctor_checks() -> str:
-    # the checks register themselves when checks.py imports the checks_* modules
-    # (slurmenv.doctor loads it lazily)
+    """docs/doctor.md's table: every check (in print order) and what it looks at; the checks
+    register themselves when checks.py imports the checks_* modules."""
     from slurmenv.doctor import checks, registry
 
     assert checks.diagnose is not None
-    return registry.markdown()
+    lines = ["| check | what it looks at |", "|---|---|"]
+    return "\n".join(lines + [f"| `{e.label}` | {e.looks_at} |" for e in registry.ENTRIES])
 
 
 #: The public functions docs/api.md gives the signatures of, as the page names them.

@@ -572,7 +572,7 @@ def later_check(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     needs it, as one function and one fact, nothing else."""
     from slurmenv.doctor import registry
 
-    probe = sys.modules["slurmenv.doctor.probe"]  # the module (doctor.probe is its function)
+    probe = sys.modules["slurmenv.dump.probe"]  # the module (doctor.probe is its function)
     monkeypatch.setattr(probe, "FACTS", (*probe.FACTS, "later_fact"))
     gather = probe._facts
 
@@ -653,7 +653,7 @@ def test_every_fact_a_check_needs_is_one_the_probe_records() -> None:
     from slurmenv import dump
     from slurmenv.doctor import context, registry
 
-    facts_ = sys.modules["slurmenv.doctor.probe"].FACTS
+    facts_ = sys.modules["slurmenv.dump.probe"].FACTS
     assert set(context.FIRST_FACTS) <= set(facts_)
     assert any(entry.facts for entry in registry.ENTRIES)
     for entry in registry.ENTRIES:

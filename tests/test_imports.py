@@ -10,7 +10,7 @@ Which imports count (the edges of the graph ``import_edges`` builds from each mo
 * inside a function: lazy imports are how ``slurmenv export`` stays lean (a module is loaded
   only on the path that needs it), not a way around the layers: they count too.
 
-* a package's ``__init__``: ``import slurmenv.doctor.probe`` runs
+* a package's ``__init__``: ``import slurmenv.doctor.checks`` runs
   ``slurmenv/doctor/__init__.py`` first, so importing a module of a subpackage is an edge to
   the subpackage's ``__init__`` too (``launchers/__init__.py`` therefore imports none of its
   own modules but by name). Not the top package's: ``slurmenv/__init__.py`` is the public API
@@ -18,7 +18,8 @@ Which imports count (the edges of the graph ``import_edges`` builds from each mo
   would depend on the top (its own imports count like any module's).
 
 Not counted: modules loaded by name at run time (``cli.EXTERNAL``, the launcher registry's
-``launchers.load``, the doctor package's ``__getattr__``), which is dispatch from above. A
+``launchers.load``, the ``__getattr__`` that ``lean.lazy`` gives the doctor, step check and dump
+packages), which is dispatch from above. A
 loop that remains needs its reason written in :data:`ALLOWED_LOOPS`.
 """
 
@@ -175,12 +176,12 @@ def test_the_graph_sees_imports() -> None:
     # The checker itself: known edges of each kind (top level, relative from a package,
     # lazy inside a function, TYPE_CHECKING only) are found, and a loop is named.
     assert import_edges("slurmenv.commands.main")["slurmenv.render"] == TOP
-    assert import_edges("slurmenv.dump.capture")["slurmenv.doctor.probe"] == LAZY
+    assert import_edges("slurmenv.dump.capture")["slurmenv.nodes"] == LAZY
     assert import_edges("slurmenv.launchers.slurm")["slurmenv.launchers.base"] == TOP  # from .base
     assert import_edges("slurmenv.rivals")["slurmenv.resolution"] == TYPES
     # a subpackage's __init__ runs first: an edge of the same kind; never the top package's
     assert import_edges("slurmenv.resolution")["slurmenv.launchers"] == TOP  # .launchers.base
-    assert import_edges("slurmenv.dump.capture")["slurmenv.doctor"] == LAZY
+    assert import_edges("slurmenv.doctor.checks")["slurmenv.dump"] == TOP  # ..dump.probe
     assert "slurmenv" not in import_edges("slurmenv.pipeline")
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(graph) == [["a", "b", "c"]]
@@ -192,17 +193,7 @@ def test_the_graph_sees_imports() -> None:
 
 #: Loops left, each with its reason: a loop is allowed when all of its modules lie in the
 #: packages of one key.
-ALLOWED_LOOPS: dict[tuple[str, ...], str] = {
-    ("slurmenv.doctor", "slurmenv.dump"): (
-        "each package's __init__ imports its own modules to re-export their names "
-        "(`from slurmenv.doctor import probe`), and every one of those modules runs that "
-        "__init__ first; doctor --from replays a dump (doctor.command -> dump) and dump "
-        "--probe runs the doctor's probe (dump.capture -> doctor.probe). Breaking it means "
-        "__init__s that load by name only (even `probe`, which dump.capture imports by its "
-        "package's name): the split of the doctor's checks (issue 27) kept those names, so "
-        "the loop stays"
-    ),
-}
+ALLOWED_LOOPS: dict[tuple[str, ...], str] = {}
 
 
 def test_rendering_names_no_resolution() -> None:
@@ -275,24 +266,37 @@ def test_export_loads_the_pipeline_and_no_command() -> None:
     assert set(loaded) == EXPORT_PATH
 
 
-def test_dump_with_probe_loads_only_the_probe_of_the_doctor() -> None:
+def test_dump_with_probe_loads_none_of_the_doctor() -> None:
+    # the probe lives in dump/ (below the doctor, which replays dumps): no arrow back up
     env = synth.clean_env(PYTHONPATH=str(ROOT))
     loaded = loaded_after(
         "from slurmenv import dump\n"
         "assert 'cpus' in dump.collect({}, probe=True)['probe']",
         env,
     )
-    doctor = [m for m in loaded if m.startswith("slurmenv.doctor")]
-    assert "slurmenv.doctor.probe" in doctor
-    assert not any(m.startswith("slurmenv.doctor.checks") for m in doctor), doctor  # checks_*
-    assert "slurmenv.doctor.command" not in doctor, doctor
+    assert "slurmenv.dump.probe" in loaded
+    assert not [m for m in loaded if m.startswith("slurmenv.doctor")], loaded
+    for name in MODULES:
+        if name.startswith("slurmenv.dump"):
+            assert not any(m.startswith("slurmenv.doctor") for m in imports_of(name)), name
+
+
+def test_the_step_check_loads_none_of_the_doctors_checks() -> None:
+    # doctor/__init__ imports nothing: exec --preflight loads the step check alone
+    env = synth.clean_env(PYTHONPATH=str(ROOT))
+    env.update(synth.step_env(["n1"], [1], 0))
+    code = ("import os, slurmenv\nfrom slurmenv.doctor import stepcheck\n"
+            "assert stepcheck.run(slurmenv.resolve(), os.environ, {}, 1)[0]")
+    loaded = loaded_after(code, env)
+    doctor = {m for m in loaded if m.startswith(("slurmenv.doctor", "slurmenv.dump"))}
+    assert doctor == {"slurmenv.doctor", *(m for m in MODULES if ".stepcheck" in m)}, doctor
 
 
 def test_the_doctor_and_dump_packages_keep_their_public_names() -> None:
     # doctor's __init__ loads its checks and command line on first use: every public name
     # is there, and main and probe stay the functions even once their modules are imported.
     code = (
-        "import slurmenv.doctor.command, slurmenv.doctor.probe, slurmenv.dump.command\n"
+        "import slurmenv.doctor.command, slurmenv.dump.probe, slurmenv.dump.command\n"
         "from slurmenv import doctor, dump\n"
         "from slurmenv.doctor import *\n"
         "assert callable(doctor.main) and callable(doctor.probe) and callable(dump.main)\n"
@@ -342,12 +346,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("commands", ("slurmenv.commands.", "slurmenv.__main__")),
 )
 #: The arrows allowed back up (importer, imported package), each with its reason: ONE at most.
-UP_ALLOWED: dict[tuple[str, str], str] = {
-    ("slurmenv.dump.capture", "slurmenv.doctor"): (
-        "dump --probe records the doctor's probe of this node (doctor.probe): the doctor/dump "
-        "loop of ALLOWED_LOOPS, which issue 34 removes"
-    ),
-}
+UP_ALLOWED: dict[tuple[str, str], str] = {}
 BELOW_LAUNCHERS = set(LAYERS[0][1])
 
 

@@ -1,11 +1,7 @@
-"""``slurmenv show``: what this task resolved and why, or the whole step as every task sees it.
-
-* ``slurmenv show``: this task's values with the variables each came from;
-* ``slurmenv show --all-ranks``: the whole step as a table (rank, node, local rank, node rank,
-  ports, GPUs), computed from the layout in any one task, without talking to the others;
-* ``srun slurmenv show --one-line``: one line per task, padded so the lines of all tasks
-  line up and ``sort`` puts them in rank order: the task that disagrees stands out;
-* ``--json`` for machines, ``--from FILE`` to replay a ``slurmenv dump`` from another machine.
+"""``slurmenv show``: this task's values and the variables each came from; ``--all-ranks``
+the whole step as a table, from the layout, without talking to the others; ``--one-line`` one
+line per task, padded so that ``sort`` lines up every task's in rank order; ``--json``;
+``--from FILE`` replays a dump.
 """
 
 from __future__ import annotations
@@ -68,28 +64,19 @@ def _gpus_module_column(res: Resolution, environ: Mapping[str, str]) -> list[str
     return ["?" if v is None else (",".join(v) or "none") for v in values]
 
 
-def _has_gpus(environ: Mapping[str, str]) -> bool:
-    return any(
-        environ.get(name) is not None for name in (*gpus.VARIABLES, "SLURM_STEP_GPUS")
-    )
-
-
 def gpu_column(res: Resolution, environ: Mapping[str, str]) -> tuple[list[str], str]:
-    """The GPUs of every rank as far as this task can know them, and how they were found.
-
-    This task: ``CUDA_VISIBLE_DEVICES`` as Slurm gave it (``-`` when unset). The other ranks of
-    this node: the same list when Slurm did not bind GPUs per task (every task of a node then
-    sees the step's GPUs of that node), else ``?``. Ranks on other nodes: ``?`` (``-`` when
-    this task has no GPU at all). When a ``slurmenv.gpus`` module computes per-rank GPUs,
-    that is used instead.
-    """
+    """The GPUs of every rank as far as this task can know them, and how they were found:
+    ``slurmenv.gpus.per_rank`` when it knows; else this task's ``CUDA_VISIBLE_DEVICES`` (``-``
+    unset), the same for this node's ranks unless Slurm bound GPUs per task (then ``?``), and
+    ``?`` elsewhere (``-`` when this task has no GPU at all)."""
     from_module = _gpus_module_column(res, environ)
     if from_module is not None:
         return from_module, GPUS_MODULE
     cvd = environ.get("CUDA_VISIBLE_DEVICES")
     own = "-" if cvd is None else (cvd or "none")
     shared = not gpus.bound_per_task(environ)
-    elsewhere = "?" if _has_gpus(environ) else "-"
+    has_gpus = any(environ.get(n) is not None for n in (*gpus.VARIABLES, "SLURM_STEP_GPUS"))
+    elsewhere = "?" if has_gpus else "-"
     try:
         node_of = res.node_of
     except SlurmEnvError:
@@ -133,37 +120,25 @@ def step_table(res: Resolution, environ: Mapping[str, str]) -> dict[str, Any]:
             "tf_task": {"type": roles[rank][0], "index": roles[rank][1]} if roles else None,
         })  # fmt: skip
     return {
-        "launcher": res.launcher,
-        "job_id": res.job_id,
-        "step_id": res.step_id,
-        "layout": res.layout_name,
-        "world_size": res.world_size,
-        "nnodes": res.nnodes,
-        "master": {
-            "rank": 0, "node": hosts[node_of[0]], "addr": res.master_addr,
-            "port": res.master_port,
-        },
-        "self": res.rank,
-        "gpus_from": gpus_from,
-        "ranks": ranks,
+        "launcher": res.launcher, "job_id": res.job_id, "step_id": res.step_id,
+        "layout": res.layout_name, "world_size": res.world_size, "nnodes": res.nnodes,
+        "master": {"rank": 0, "node": hosts[node_of[0]], "addr": res.master_addr,
+                   "port": res.master_port},
+        "self": res.rank, "gpus_from": gpus_from, "ranks": ranks,
         "notes": notes + list(res.notes),
-    }
+    }  # fmt: skip
 
 
 def format_table(table: Mapping[str, Any]) -> str:
     """``--all-ranks`` as text: a header, one row per rank, a legend."""
     master = table["master"]
-    where = (
-        f"job {table['job_id']} step {table['step_id']}" if table["job_id"] else table["launcher"]
-    )
+    where = (f"job {table['job_id']} step {table['step_id']}" if table["job_id"]
+             else table["launcher"])
     if table["job_id"] and table["step_id"] is None:
         where = f"{table['launcher']} in job {table['job_id']}"
     layout = f", {table['layout']} layout" if table["layout"] else ""
-    title = (
-        f"{where}: {table['world_size']} ranks on {table['nnodes']} nodes{layout}; "
-        f"master {master['addr']}:{master['port']} (rank 0 on {master['node']}, marked *)"
-    )
-    lines = [title]
+    lines = [(f"{where}: {table['world_size']} ranks on {table['nnodes']} nodes{layout}; "
+              f"master {master['addr']}:{master['port']} (rank 0 on {master['node']}, marked *)")]
     header: tuple[str, ...] = ("RANK", "NODE", "NODE_RANK", "LOCAL_RANK", "PORTS", "GPUS")
     right: tuple[bool, ...] = (True, False, True, True, False, False)
     # the TensorFlow role of each rank, once roles are asked for (--tf-jobs, --tf-chief)
@@ -215,9 +190,7 @@ def one_line(res: Resolution, environ: Mapping[str, str]) -> str:
     try:
         addresses: list[str] | None = list(res.tf_addresses)
         cluster = res.tf_config.get("cluster", {})
-        digest = hashlib.sha1(
-            json.dumps(cluster, sort_keys=True).encode()
-        ).hexdigest()[:8]
+        digest = hashlib.sha1(json.dumps(cluster, sort_keys=True).encode()).hexdigest()[:8]
     except SlurmEnvError:
         addresses, digest = None, "?"
     gpus, _ = gpu_column(res, environ)
@@ -230,19 +203,15 @@ def one_line(res: Resolution, environ: Mapping[str, str]) -> str:
         where = f"job={res.job_id}" if res.job_id else "step=-"
     hostname = res.hostname or socket.gethostname()
     host_width = max(len(h) for h in (*hosts, hostname))
-    fields = [
+    return " ".join([
         f"rank={res.rank:0{_width(res.world_size)}d}/{res.world_size}",
         f"node={hostname:<{host_width}}",
         "node_rank=?/?" if res.unknown else
         f"node_rank={res.node_rank:0{_width(res.nnodes)}d}/{res.nnodes}",
         f"local_rank={res.local_rank:0{_width(local_max)}d}/{res.local_world_size}",
-        f"master={res.master_addr}:{res.master_port}",
-        f"tf={tf:<{tf_width}}",
-        f"cluster={digest}",
-        where,
-        f"gpus={gpus[res.rank]}",
-    ]
-    return " ".join(fields)
+        f"master={res.master_addr}:{res.master_port}", f"tf={tf:<{tf_width}}",
+        f"cluster={digest}", where, f"gpus={gpus[res.rank]}",
+    ])
 
 
 def one_line_error(exc: SlurmEnvError, environ: Mapping[str, str]) -> str:
@@ -275,9 +244,8 @@ def known_env(res: Resolution, for_: str) -> tuple[dict[str, str], dict[str, Slu
     return values, {}
 
 
-def _own_task(
-    res: Resolution, values: Mapping[str, str], unknown: Mapping[str, SlurmEnvError] | None = None
-) -> str:
+def _own_task(res: Resolution, values: Mapping[str, str],
+              unknown: Mapping[str, SlurmEnvError] | None = None) -> str:
     where = f"job {res.job_id} step {res.step_id}" if res.job_id else "no Slurm job"
     if res.job_id and res.step_id is None:
         where = res.origin  # the launcher's own words (a rank of mpirun's node has no step)
@@ -316,17 +284,13 @@ def main(argv: Sequence[str]) -> int:
             loaded = dump.load(args.from_file)
             environ = loaded.environ
             res, replayed = loaded.replay(**dump.options_from_args(args))
-            replay = [
-                f"replaying {args.from_file}: task on {loaded.hostname or '?'}",
-                *dump.replay_report(loaded, replayed),
-            ]
+            replay = [f"replaying {args.from_file}: task on {loaded.hostname or '?'}",
+                      *dump.replay_report(loaded, replayed)]
             diff = dump.differences(loaded.recorded, replayed) if loaded.recorded else None
             replay_json = {"file": args.from_file, "identical": diff == [], "differences": diff}
             if res is None:
-                raise SlurmEnvError(
-                    str(replayed["error"]), variable=replayed.get("variable"),
-                    value=replayed.get("value"), fix=replayed.get("fix"),
-                )
+                raise SlurmEnvError(str(replayed["error"]), variable=replayed.get("variable"),
+                                    value=replayed.get("value"), fix=replayed.get("fix"))
         else:
             res = resolve_from_args(args)
         if args.one_line:
@@ -353,9 +317,8 @@ def main(argv: Sequence[str]) -> int:
             data = res.to_dict()
             data["env"], unknown = known_env(res, options.outputs(environ, args.for_))
             if unknown:
-                data["unknown"] = {
-                    name: {"error": exc.message, "fix": exc.fix} for name, exc in unknown.items()
-                }
+                data["unknown"] = {name: {"error": exc.message, "fix": exc.fix}
+                                   for name, exc in unknown.items()}
             if replay_json is not None:
                 data["replay"] = replay_json
             text = json.dumps(data, indent=1) + "\n"

@@ -1,31 +1,16 @@
 """``slurmenv-task-prolog``: the environment of ``slurmenv export`` through Slurm's task prolog,
-with no ``eval`` and no shell (``docs/task-prolog.md``)::
+with no ``eval`` and no shell (docs/task-prolog.md, which says what Slurm reads of its output
+in each release)::
 
     srun --task-prolog="$(command -v slurmenv-task-prolog || echo /slurmenv-task-prolog-not-on-PATH)" python train.py
 
-Slurm runs the prolog in each task's own environment before the task starts, and reads its
-output (observed, Slurm 22.05): ``export NAME=value`` sets ``NAME`` for the task (the value is
-the rest of the line, taken literally), ``print TEXT`` writes ``TEXT`` to the task's stdout,
-and a non-zero exit kills the task before it starts (``srun`` fails). Since Slurm 22.05.1 its
-stderr is parsed as its stdout is, so under Slurm (``SLURM_SCRIPT_CONTEXT=prolog_task``) the
-prolog points its stderr at /dev/null: everything it says is a ``print`` line. Before 22.05
-Slurm ignores the prolog's exit status, so a refusal also exports :data:`STOP_VALUE`, a value no
-framework accepts (:func:`stop_names`; docs/task-prolog.md, "Slurm versions").
-
-It resolves exactly as ``slurmenv export`` does (options from ``SLURMENV_*`` variables only, the
-output set from ``SLURMENV_FOR``) and sets the same variables with the same values. A value
-holding a newline cannot be carried by the protocol and is refused. In the batch, extern and
-interactive steps it sets nothing and never fails.
-
-A site enables it for every job with the shell shim ``slurmenv-site-prolog``
-(``TaskProlog=`` in ``slurm.conf``): that shim acts only in jobs that set ``SLURMENV`` to a yes
-(any value that is not a no: it starts this prolog with ``--site``, which reads ``SLURMENV`` as
-slurmenv reads every yes/no variable and refuses a value that is neither).
-
-Its values are followed by ``SLURMENV_SET_BY=<job>.<step>:NAME,...``: a ``srun`` started
-inside a step whose values the prolog set (``srun --pty bash`` in an opted-in job) knows that
-they are slurmenv's for another step, not the user's, and resolves them again
-(:data:`slurmenv.worldguard.SET_BY`).
+It resolves as ``export`` does (options from ``SLURMENV_*`` only, outputs from
+``SLURMENV_FOR``) and prints ``export NAME=value`` lines, then ``SLURMENV_SET_BY`` (so an
+``srun`` inside such a step re-resolves them: ``worldguard.SET_BY``); a refusal prints
+``print`` lines, exits non-zero and, for Slurm before 22.05, which starts the task anyway,
+exports :data:`STOP_VALUE`. Nothing in the batch, extern and interactive steps. The site shim
+``slurmenv-site-prolog`` (``TaskProlog=``) starts it with ``--site`` in jobs whose
+``SLURMENV`` is a yes.
 """
 
 from __future__ import annotations
@@ -34,6 +19,7 @@ import os
 import sys
 
 from ..lean import TYPE_CHECKING
+from .console import run_script, unexpected, write_output  # run_script starts every run
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -44,13 +30,10 @@ if TYPE_CHECKING:
 OPT_IN = "SLURMENV"
 #: The argument slurmenv-site-prolog starts this prolog with: check the opt-in first.
 SITE = "--site"
-#: What a refusal exports besides its ``print`` lines, for the Slurm versions that start the
-#: task whatever the prolog's exit status (before 22.05): every rank, size, address and port a
-#: launcher or framework reads becomes a text that is not a number, a host or JSON, so that
-#: torch (``int()`` of WORLD_SIZE/RANK in its env:// rendezvous), TensorFlow (``json.loads`` of
-#: TF_CONFIG) and a script's own ``int(os.environ.get("RANK", 0))`` stop at once, naming the
-#: value (tests/test_real_docs_prolog.py). bin/slurmenv-site-prolog prints the same
-#: (tests/test_task_prolog.py).
+#: What a refusal exports for every rank, size, address and port (:func:`stop_names`), for
+#: the Slurm versions that start the task whatever the prolog's exit status (before 22.05): no
+#: number, host or JSON, so torch, TensorFlow and a script's ``int(os.environ["RANK"])`` stop
+#: at once, naming it (tests/test_real_docs_prolog.py; bin/slurmenv-site-prolog prints it too).
 STOP_VALUE = "slurmenv-refused-this-task"
 
 
@@ -63,8 +46,7 @@ def stop_names() -> tuple[str, ...]:
 
 
 def in_task_step(environ: Mapping[str, str]) -> bool:
-    """A step of srun tasks (not the batch, extern or interactive step, where Slurm's
-    ``TaskProlog`` runs too and this prolog sets nothing)."""
+    """A step of srun tasks (not the batch, extern or interactive step, where it sets nothing)."""
     from ..launchers.base import SPECIAL_STEPS, step_id
 
     step = step_id(environ) or ""
@@ -105,10 +87,8 @@ def protocol(values: Mapping[str, str]) -> str:
 
 
 def refusal(text: str) -> str:
-    """``print`` lines (the only output of a task prolog the user sees), then the
-    :data:`STOP_VALUE` exports (:func:`stop_names`). It starts with a line break: after an
-    interrupted write, the first ``print`` must not end a line already begun (an empty line
-    means nothing to Slurm)."""
+    """``print`` lines, then the :data:`STOP_VALUE` exports; first a line break, so that after
+    an interrupted write the first ``print`` ends no line already begun."""
     lines = "".join(f"print {line}\n" for line in text.splitlines())
     return "\n" + lines + "".join(f"export {name}={STOP_VALUE}\n" for name in stop_names())
 
@@ -136,8 +116,6 @@ def run(environ: Mapping[str, str], site: bool = False) -> tuple[int, str]:
     except SlurmEnvError as exc:
         return 1, refusal(f"slurmenv: error: {exc}\nslurmenv: the task was not started")
     except Exception as exc:  # noqa: BLE001 - a bug must still stop the task, with a reason
-        from .console import unexpected
-
         status, message = unexpected(exc, "The task was not started.", debug_hint=False)
         return status, refusal(message)
 
@@ -155,31 +133,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             status, text = run(os.environ, site=args == [SITE])
         if not text:
             return status
-        from .console import write_output
-
         return write_output(text) or status
     except KeyboardInterrupt:
-        from .console import write_output
-
         write_output(refusal("slurmenv: interrupted. The task was not started."))
         return 130  # 128 + SIGINT, as a shell reports it
 
 
 def entry_point() -> NoReturn:
-    """The ``slurmenv-task-prolog`` console script: :func:`main`, run and ended as ``slurmenv``
-    is (:func:`slurmenv.commands.console.run_script`)."""
-    from .console import run_script
-
+    """The ``slurmenv-task-prolog`` console script (``console.run_script``, as ``slurmenv``)."""
     if os.environ.get("SLURM_SCRIPT_CONTEXT") == "prolog_task":
         quiet_stderr()
     run_script(main)
 
 
 def quiet_stderr() -> None:
-    """Point stderr (fd 2, and ``sys.stderr``) at /dev/null. Under Slurm since 22.05.1 the
-    prolog's stderr is the pipe Slurm parses as its stdout, where a line that begins with
-    ``export``, ``unset`` or ``print`` acts whoever wrote it (a warning, a site's
-    ``sitecustomize``); before, Slurm closed it. Nothing written there reaches the user."""
+    """Point stderr (fd 2, ``sys.stderr``) at /dev/null: since Slurm 22.05.1 it is the pipe
+    Slurm parses as the prolog's stdout, where any ``export``/``print`` line acts (a warning, a
+    site's ``sitecustomize``); before, Slurm closed it. Nothing there reaches the user."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 2)

@@ -1,29 +1,11 @@
 """``slurmenv torchrun``: one ``torchrun`` per node of a Slurm step, its options filled in
-(the command; the launcher that reads the workers torchrun starts is ``launchers/torchrun.py``).
-
-Typical use, in a batch script::
-
-    srun --ntasks-per-node=1 -n "$SLURM_JOB_NUM_NODES" slurmenv torchrun train.py --epochs 3
-
-runs, on every node of the step, ``torchrun`` with
-
-* ``--nnodes`` = the step's node count,
-* ``--nproc-per-node`` = the GPUs this task sees (the list in ``CUDA_VISIBLE_DEVICES``, else
-  ``ROCR_VISIBLE_DEVICES``, ``GPU_DEVICE_ORDINAL``, ``ZE_AFFINITY_MASK``; counted without
-  importing torch), else 1 (give ``--nproc-per-node`` yourself on CPU nodes),
-* ``--rdzv-backend=c10d``, ``--rdzv-endpoint=<node of rank 0>:<slurmenv's port for the step>``,
-  ``--rdzv-id=<job>.<step>`` and ``--rdzv-conf=is_host=1`` on the node that hosts the
-  rendezvous (``is_host=0`` elsewhere), so the store's host never depends on name lookups,
-* ``--local-addr=<this node through the address template>`` when an address template is set.
-
-An option you give yourself (on the command line or as torchrun's own ``PET_<OPTION>``
-variable) wins: slurmenv then does not pass that option. With ``--rdzv-backend=static``
-slurmenv fills ``--node-rank``, ``--master-addr`` and ``--master-port`` instead of the c10d
-options. ``--node-rank`` is not passed with c10d: torchrun ignores it there (with a warning)
-and numbers the nodes itself at the rendezvous.
-
-``resolution.pet_env`` gives the same values as torchrun's ``PET_*`` variables for users who call
-``torchrun`` themselves (``slurmenv export --for torchrun``).
+(``--nnodes``, ``--nproc-per-node``, a c10d rendezvous on rank 0's node, ``--local-addr``: see
+``_INTRO``, its help). An option given on the command line or as torchrun's own
+``PET_<OPTION>`` wins. With ``--rdzv-backend=static`` slurmenv fills ``--node-rank``,
+``--master-addr`` and ``--master-port`` instead; ``--node-rank`` is not passed with c10d
+(torchrun ignores it there and numbers the nodes at the rendezvous). The launcher that reads
+the workers torchrun starts is ``launchers/torchrun.py``; ``export --for torchrun`` gives the
+same values as ``PET_*`` variables.
 """
 
 from __future__ import annotations
@@ -33,15 +15,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .. import _AUTO
+from .. import _AUTO, options, resolve
 from ..errors import SlurmEnvError
 from ..lean import NamedTuple
-from ..resolution import (  # export --for torchrun's
-    Resolution,
-    check_one_per_node,
-    filled_values,
-    nproc_per_node,
-)
+from ..resolution import Resolution, check_one_per_node, filled_values, nproc_per_node
+from .console import print_error, usage_error, write_output
 
 if TYPE_CHECKING:
     from ..options import Arg
@@ -77,11 +55,8 @@ def pet_name(option: str) -> str:
 
 
 def _canonical(token: str) -> tuple[str | None, str | None]:
-    """``(option, inline value)`` for a torchrun option token; option None when unknown.
-
-    Accepts ``--a-b``/``--a_b``, ``--opt=value``, unique prefixes (argparse's abbreviations)
-    and ``-r3``-style short options.
-    """
+    """``(option, inline value)`` for a torchrun option token (``--a-b``/``--a_b``,
+    ``--opt=value``, unique prefixes as argparse takes them, ``-r3``); option None when unknown."""
     if token.startswith("--"):
         name, eq, inline = token[2:].partition("=")
         name = name.replace("_", "-")
@@ -89,9 +64,7 @@ def _canonical(token: str) -> tuple[str | None, str | None]:
         if name in known:
             return name, inline if eq else None
         matches = [option for option in known if option.startswith(name)] if name else []
-        if len(matches) == 1:
-            return matches[0], inline if eq else None
-        return None, inline if eq else None
+        return matches[0] if len(matches) == 1 else None, inline if eq else None
     head = token[:2]
     if head in SHORT_OPTIONS:
         rest = token[2:].removeprefix("=")
@@ -100,11 +73,8 @@ def _canonical(token: str) -> tuple[str | None, str | None]:
 
 
 def scan(args: Sequence[str]) -> tuple[dict[str, str], int]:
-    """The torchrun options in ``args`` before the training script, and the script's index.
-
-    Returns ``({option: value}, index)``; flags have the value ``""``. ``index`` is
-    ``len(args)`` when there is no script.
-    """
+    """``({option: value}, index)``: the torchrun options before the training script (flags:
+    ``""``) and the script's index (``len(args)`` when there is none)."""
     given: dict[str, str] = {}
     i = 0
     while i < len(args):
@@ -140,22 +110,11 @@ def torchrun_command() -> list[str]:
     return [found] if found else [sys.executable, "-m", "torch.distributed.run"]
 
 
-def build(
-    args: Sequence[str],
-    environ: Mapping[str, str],
-    *,
-    ephemeral_range: tuple[int, int] | None | object = _AUTO,
-    **chosen: Any,
-) -> Launch:
-    """Resolve this node and build the torchrun command line for the user's ``args``.
-
-    ``chosen`` are resolution options (keywords of :func:`slurmenv.resolve`).
-
-    Nothing is executed. Raises SlurmEnvError with the reason when the step cannot run
-    torchrun (more than one task per node, outside a step, inside another launcher, ...).
-    """
-    from .. import options, resolve
-
+def build(args: Sequence[str], environ: Mapping[str, str], *,
+          ephemeral_range: tuple[int, int] | None | object = _AUTO, **chosen: Any) -> Launch:
+    """Resolve this node (``chosen``: keywords of :func:`slurmenv.resolve`) and build the
+    torchrun command line for ``args``, executing nothing; SlurmEnvError when the step cannot
+    run torchrun (several tasks per node, outside a step, inside another launcher, ...)."""
     base = {k: v for k, v in environ.items() if k not in LAUNCHER_VARIABLES}
     if environ.get("TORCHELASTIC_RUN_ID"):
         raise SlurmEnvError(
@@ -212,8 +171,7 @@ slurmenv options (before the torchrun options; each also has a SLURMENV_* variab
 
 
 def own_arguments() -> list[Arg]:
-    """slurmenv's own options of ``slurmenv torchrun``: the options table's rows marked
-    ``torchrun``, and ``--dry-run``."""
+    """The options table's rows marked ``torchrun``, and ``--dry-run``."""
     from ..options import TABLE, arguments
 
     return [*arguments(row for row in TABLE if row.torchrun), ("--dry-run", {
@@ -248,8 +206,6 @@ def usage() -> str:
 def parse_own(argv: Sequence[str]) -> tuple[dict[str, object], list[str]]:
     """slurmenv's own leading options (exact names only; see own_arguments), by field, then
     the rest for torchrun. ``-h``/``--help`` first: ``{"help": True}``."""
-    from .console import usage_error
-
     known = dict(own_arguments())
     own: dict[str, object] = {}
     i = 0
@@ -279,8 +235,6 @@ def parse_own(argv: Sequence[str]) -> tuple[dict[str, object], list[str]]:
 
 def main(argv: Sequence[str]) -> int:
     """``slurmenv torchrun``: resolve, fill in torchrun's options, exec torchrun."""
-    from .console import print_error, usage_error, write_output
-
     own, rest = parse_own(argv)
     if own.pop("help", False):
         return write_output(usage())

@@ -1,14 +1,7 @@
-"""The doctor's checks in the order of the report, and :func:`diagnose`, which runs them.
-
-Each check is one function in the module of its topic, registered there with its record
-(``registry.check``): ``checks_step`` (inside a step, the counts), ``checks_network`` (the
-master's name, the interface, proxies), ``checks_ports`` (the ports, enroot's hook),
-``checks_resources`` (GPUs, threads), ``checks_frameworks`` (TF_CONFIG, Lightning).
-:data:`ORDER` is the order of the report; :func:`_run` is the guard each record declares.
-
-Every check reads the :class:`~.context.Context` (environment, options, the resolution or its
-error, the probed node facts) and asks the resolver's own rules (``gpus``, ``threads``,
-``ports``, ``launchers``) rather than restating them; NCCL/gloo/gRPC rules are in ``rules``.
+"""The doctor's checks in the order of the report (:data:`ORDER`), and :func:`diagnose`, which
+runs each behind the guard its record declares (:func:`_run`). Each check is one function in
+the ``checks_*`` module of its topic, reading the :class:`~.context.Context` and asking the
+resolver's own rules (``gpus``, ``threads``, ``ports``, ``launchers``), never restating them.
 """
 
 from __future__ import annotations
@@ -16,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..dump.probe import resolve_for_doctor
 from . import (  # noqa: F401 - importing them registers their checks
     checks_frameworks,
     checks_network,
@@ -24,7 +18,7 @@ from . import (  # noqa: F401 - importing them registers their checks
     checks_step,
     registry,
 )
-from .context import Context, from_error, resolve_for_doctor
+from .context import Context, from_error
 from .report import SKIPPED, Check, Report
 
 #: The checks in the order of the report (a check's module registers it; this places it).
@@ -36,22 +30,12 @@ registry.order(ORDER)
 CHECKS = registry.CHECKS
 
 
-def diagnose(
-    environ: Mapping[str, str],
-    options: Mapping[str, Any] | None = None,
-    *,
-    ephemeral: tuple[int, int] | None = None,
-    facts: Mapping[str, Any] | None = None,
-    for_: str = "all",
-    recorded_by: str | None = None,
-) -> Report:
-    """Every check for the task whose environment is ``environ``.
-
-    ``facts`` is what :func:`~.probe.probe` found on the node (None: the node-local checks are
-    skipped); ``ephemeral`` the node's ephemeral port range (None: unknown); ``recorded_by``
-    the slurmenv version of the dump ``facts`` come from (a check needing a fact that dump
-    predates is skipped), None when they were probed here.
-    """
+def diagnose(environ: Mapping[str, str], options: Mapping[str, Any] | None = None, *,
+             ephemeral: tuple[int, int] | None = None, facts: Mapping[str, Any] | None = None,
+             for_: str = "all", recorded_by: str | None = None) -> Report:
+    """Every check for the task whose environment is ``environ``: ``facts`` what the probe
+    found on the node (None: node-local checks skipped), ``ephemeral`` its ephemeral port
+    range (None: unknown), ``recorded_by`` the version of the dump ``facts`` come from."""
     opts = dict(options or {})
     res, err = resolve_for_doctor(environ, opts)
     ctx = Context(environ, opts, res, err, ephemeral, facts, for_, recorded_by)
@@ -64,9 +48,8 @@ def diagnose(
 
 
 def _run(entry: registry.Entry, ctx: Context) -> Check:
-    """One check, behind the guard its record declares; one that fails on what it is given (a
-    dump whose probe facts were edited) is reported skipped with the reason, so the other
-    checks are still shown, as is one needing a fact the replayed dump predates."""
+    """One check, behind its record's guard; one that fails on its input (an edited dump) is
+    reported skipped with the reason, so the other checks are still shown."""
     name = entry.name
     missing = ctx.unrecorded(entry.facts)
     if missing:
@@ -83,8 +66,6 @@ def _run(entry: registry.Entry, ctx: Context) -> Check:
     except Exception as exc:  # noqa: BLE001 - facts from a file: any shape may come in
         from .. import __version__
 
-        return Check(
-            name, SKIPPED, f"not checked: it failed on its input ({type(exc).__name__}: "
-            f"{str(exc)[:120]}); unless that input is an edited dump, this is a bug in "
-            f"slurmenv {__version__}: please report it on the slurmenv issue tracker",
-        )
+        return Check(name, SKIPPED, f"not checked: it failed on its input ({type(exc).__name__}: "
+                     f"{str(exc)[:120]}); unless that input is an edited dump, this is a bug in "
+                     f"slurmenv {__version__}: please report it on the slurmenv issue tracker")

@@ -52,10 +52,8 @@ def _check_tf_config(ctx: Context) -> Check:
             "unset TF_CONFIG in the batch script; slurmenv export sets the right one per task",
         )
     if size > limit // 2:
-        return Check(
-            "tf-config", WARNING, f"{message}: over half the limit",
-            "build the resolver in Python (slurmenv.resolve().tf_config) for larger steps",
-        )
+        return Check("tf-config", WARNING, f"{message}: over half the limit",
+                     "build the resolver in Python (slurmenv.resolve().tf_config) for larger steps")
     return Check("tf-config", OK, message)
 
 
@@ -68,10 +66,8 @@ def _check_tf_config(ctx: Context) -> Check:
     "`slurmenv.lightning.Environment()`",
 )
 def _check_lightning(ctx: Context) -> Check:
-    """What Lightning's own cluster environment would make of this step, unless the probe
-    found Lightning is not installed on the node (a dump predating that fact, or taken without
-    --probe, does not say: the step is checked): it refuses or misnumbers steps that the plugin
-    ``slurmenv.lightning.Environment`` runs. Never the machine replaying a dump."""
+    """What Lightning's own cluster environment would make of this step (checked unless the
+    probe found Lightning is not installed on the node, never the replaying machine)."""
     from ..lightning import tasks_per_node
 
     if (ctx.facts or {}).get("lightning") is False:
@@ -139,11 +135,9 @@ def _check_lightning(ctx: Context) -> Check:
                 f"on {ctx.node}: Lightning's SLURMEnvironment refuses devices={per}"
             )
     if not problems:
-        return Check(
-            "lightning", OK,
-            f"Lightning's own SLURMEnvironment reads this step right (devices={per}, "
-            f"num_nodes={res.nnodes})",
-        )
+        return Check("lightning", OK,
+                     f"Lightning's own SLURMEnvironment reads this step right (devices={per}, "
+                     f"num_nodes={res.nnodes})")
     if not even:
         fix = f"for Lightning start the same number of tasks on every node (srun -N{res.nnodes} " \
             "--ntasks-per-node=K) and pass plugins=[slurmenv.lightning.Environment()] " \

@@ -22,10 +22,8 @@ from .report import ERROR, OK, SKIPPED, WARNING, Check
 def _template_fix(ctx: Context) -> str:
     template = ctx.options.get("addr_template") or ctx.environ.get("SLURMENV_ADDR_TEMPLATE")
     if template:
-        return (
-            f"the address template {template!r} (SLURMENV_ADDR_TEMPLATE/--addr-template) makes a "
-            "name this node cannot resolve: fix or drop it"
-        )
+        return (f"the address template {template!r} (SLURMENV_ADDR_TEMPLATE/--addr-template) makes "
+                "a name this node cannot resolve: fix or drop it")
     return "node names must resolve on every node (DNS or /etc/hosts); otherwise give a name " \
         "that does with --addr-template/SLURMENV_ADDR_TEMPLATE (e.g. '{host}-ib')"
 
@@ -42,10 +40,8 @@ def _check_master_name(ctx: Context) -> Check:
     found = ctx.probed.get("master") or {}
     name = res.master_addr
     if found.get("name") not in (None, name):
-        return Check(
-            "master-name", SKIPPED,
-            f"the probe looked up {found.get('name')!r}, not {name!r} (other options?)",
-        )
+        return Check("master-name", SKIPPED,
+                     f"the probe looked up {found.get('name')!r}, not {name!r} (other options?)")
     addresses = list(found.get("addresses") or [])
     if not addresses:
         return Check(
@@ -90,11 +86,9 @@ def _check_interface(ctx: Context) -> Check:
     name, source = route.get("interface") or "?", route["source"]
     reach = f"{name} ({source}) reaches the master {route['address']}"
     if name == "lo" and res.several_nodes:
-        return Check(
-            "interface", ERROR,
-            f"{reach}: loopback, which tasks on other nodes cannot use",
-            "make the master's name resolve to its network address (see master name)",
-        )
+        return Check("interface", ERROR,
+                     f"{reach}: loopback, which tasks on other nodes cannot use",
+                     "make the master's name resolve to its network address (see master name)")
     wanted = ctx.ifname()
     problems = []
     nccl, gloo = ctx.environ.get("NCCL_SOCKET_IFNAME"), ctx.environ.get("GLOO_SOCKET_IFNAME")
@@ -104,10 +98,8 @@ def _check_interface(ctx: Context) -> Check:
         problems.append(f"GLOO_SOCKET_IFNAME={gloo} does not name {name}")
     follow = " ".join(f"{k}={v}" for k, v in (wanted or {}).items())
     if problems:
-        return Check(
-            "interface", ERROR, f"{reach}, but " + " and ".join(problems),
-            f"export {follow} (slurmenv doctor --export-ifname prints it) or unset them",
-        )
+        return Check("interface", ERROR, f"{reach}, but " + " and ".join(problems),
+                     f"export {follow} (slurmenv doctor --export-ifname prints it) or unset them")
     if follow:
         reach += f"; would follow: {follow} (--export-ifname)"
     return Check("interface", OK, reach)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .. import ports
+from ..dump.probe import ports_here
 from ..errors import to_int
-from .context import Context, ports_here
+from .context import Context
 from .registry import check
 from .report import ERROR, OK, WARNING, Check
 
@@ -18,13 +19,8 @@ INHERITED_PORT_FIX = (
 
 
 def _inherited_port(ctx: Context) -> str | None:
-    """Why an inherited ``MASTER_PORT`` is shared by every step of this Slurm job, or None.
-
-    Inherited: set in the environment, not fixed by the launcher (torchrun's workers) and not
-    overridden by ``--port``/``SLURMENV_PORT``; the resolver keeps it as the user's choice. Any
-    step of a job (``SLURM_JOB_ID`` set) can run beside or after another step or launch of the
-    same job, and all of them would take that port instead of one derived per step.
-    """
+    """Why an inherited ``MASTER_PORT`` (set, not the launcher's, not overridden: the resolver
+    keeps it as the user's choice) is shared by every step of this Slurm job, or None."""
     res, env = ctx.res, ctx.environ
     value = env.get("MASTER_PORT")
     if res is None or not value or not env.get("SLURM_JOB_ID") or "MASTER_PORT" in res.fixed:
@@ -67,16 +63,9 @@ def _check_ports(ctx: Context) -> Check:
         )
     range_note = f"below the ephemeral range {eph[0]}-{eph[1]}" if eph else \
         "ephemeral range unknown"
-    inherited = _inherited_port(ctx)
-    if ctx.facts is None:
-        message = f"ports{step} opened on {ctx.node}: {shown}; {range_note}; listening " \
-            "sockets not probed"
-        if inherited:
-            return Check("ports", WARNING, f"{inherited}; {message}", INHERITED_PORT_FIX)
-        return Check("ports", OK, message)
-    taken = []
-    ours = []
-    for entry in ctx.facts.get("listening") or []:
+    message = f"ports{step} opened on {ctx.node}: {shown}; {range_note}; "
+    taken, ours = [], []
+    for entry in (ctx.facts or {}).get("listening") or []:
         owner = entry.get("process") or "?"
         if entry.get("pid"):
             owner = f"pid {entry['pid']} {owner}"
@@ -93,9 +82,10 @@ def _check_ports(ctx: Context) -> Check:
             "another job or step holds it: give another port (--port/SLURMENV_PORT), let Slurm "
             f"reserve ports ({ports.resv_ports()}), or stop the leftover process",
         )
-    message = f"ports{step} opened on {ctx.node}: {shown}; {range_note}; none taken"
+    message += "listening sockets not probed" if ctx.facts is None else "none taken"
     if ours:
         message += f" (already opened by this step: {'; '.join(ours)})"
+    inherited = _inherited_port(ctx)
     if inherited:
         return Check("ports", WARNING, f"{inherited}; {message}", INHERITED_PORT_FIX)
     return Check("ports", OK, message)

@@ -38,14 +38,9 @@ def _check_gpus(ctx: Context) -> Check:
     node_note = f" (SLURM_GPUS_ON_NODE={on_node})" if on_node is not None else ""
     if name in res.bindings:  # --bind-gpus: the task gets its share of the node's list
         share = res.bindings[name]
-        return Check(
-            "gpus", OK,
-            f"{seen} shared by the {tasks} task(s) on {ctx.node}; slurmenv's GPU binding gives "
-            f"this task {name}={share}: use device 0 (cuda:0)"
-            if gpus.count_list(share) == 1 else
-            f"{seen} shared by the {tasks} task(s) on {ctx.node}; slurmenv's GPU binding gives "
-            f"this task {name}={share}",
-        )
+        use = ": use device 0 (cuda:0)" if gpus.count_list(share) == 1 else ""
+        return Check("gpus", OK, f"{seen} shared by the {tasks} task(s) on {ctx.node}; slurmenv's "
+                     f"GPU binding gives this task {name}={share}{use}")
     if count == 0:
         return Check("gpus", WARNING, f"{seen}: no GPU visible to this task",
                      "request GPUs for the step: srun --gpus-per-task=1 or --gres=gpu:N")
@@ -76,11 +71,9 @@ def _check_gpus(ctx: Context) -> Check:
             "process per GPU",
             f"start one task per GPU: srun --ntasks-per-node={count} (or --gpus-per-task=1)",
         )
-    return Check(
-        "gpus", WARNING,
-        f"{seen}: {where} share {count} GPU(s)",
-        f"request one GPU per task: srun --gpus-per-task=1 (or --gres=gpu:{tasks})",
-    )
+    return Check("gpus", WARNING,
+                 f"{seen}: {where} share {count} GPU(s)",
+                 f"request one GPU per task: srun --gpus-per-task=1 (or --gres=gpu:{tasks})")
 
 
 @check(
@@ -113,10 +106,8 @@ def _check_threads(ctx: Context) -> Check:
                 f"x {value} threads exceed the {on_node} CPUs of {ctx.node}",
                 f"give CPUs per task: srun -c {max(1, on_node // tasks)} (SLURM_CPUS_PER_TASK)",
             )
-        return Check(
-            "threads", OK,
-            f"OMP_NUM_THREADS unset; slurmenv export/exec sets it to {value} from {why}",
-        )
+        return Check("threads", OK,
+                     f"OMP_NUM_THREADS unset; slurmenv export/exec sets it to {value} from {why}")
     if omp_text and omp is None:
         return Check("threads", WARNING, f"OMP_NUM_THREADS={omp_text!r} is not a number",
                      f"set OMP_NUM_THREADS to the CPUs per task: {threads.FROM_CPUS_PER_TASK}")
@@ -132,19 +123,15 @@ def _check_threads(ctx: Context) -> Check:
                 f"export OMP_NUM_THREADS={limit} (or srun -c {omp})",
             )
         if cpt is not None and omp < cpt:
-            return Check(
-                "threads", WARNING,
-                f"OMP_NUM_THREADS={omp} uses fewer CPUs than the task has ({basis})",
-                threads.FROM_CPUS_PER_TASK,
-            )
+            return Check("threads", WARNING,
+                         f"OMP_NUM_THREADS={omp} uses fewer CPUs than the task has ({basis})",
+                         threads.FROM_CPUS_PER_TASK)
         return Check("threads", OK, f"OMP_NUM_THREADS={omp} fits the CPUs per task ({basis})")
     if cpt is not None:
         if affinity is not None and affinity <= cpt:
-            return Check(
-                "threads", OK,
-                f"OMP_NUM_THREADS unset; this task is bound to {affinity} CPU(s) "
-                f"(SLURM_CPUS_PER_TASK={cpt}): OpenMP uses those",
-            )
+            return Check("threads", OK,
+                         f"OMP_NUM_THREADS unset; this task is bound to {affinity} CPU(s) "
+                         f"(SLURM_CPUS_PER_TASK={cpt}): OpenMP uses those")
         return Check(
             "threads", WARNING,
             f"OMP_NUM_THREADS unset with SLURM_CPUS_PER_TASK={cpt}: OpenMP and torch start one "

@@ -45,13 +45,11 @@ def _check_step(ctx: Context) -> Check:
 def _check_counts(ctx: Context) -> Check:
     res = ctx.resolved
     if res.tasks_per_node is None:
-        return Check(
-            "counts", OK,
-            f"rank {res.rank} of {res.world_size}, local rank {res.local_rank} of "
-            f"{res.local_world_size}, "
-            + (f"{res.nnodes} node(s)" if not res.unknown else "node count not known here")
-            + f" ({res.launcher})",
-        )
+        return Check("counts", OK,
+                     f"rank {res.rank} of {res.world_size}, local rank {res.local_rank} of "
+                     f"{res.local_world_size}, "
+                     + (f"{res.nnodes} node(s)" if not res.unknown else "node count not known here")
+                     + f" ({res.launcher})")
     env = ctx.environ
     name = res.layout_name
     layout = f", {name} layout" if name else ""

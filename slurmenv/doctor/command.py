@@ -9,21 +9,25 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..commands.console import write_output
+from .. import ports, render, resolve
+from ..commands.console import (
+    add_resolution_options,
+    argument_parser,
+    fail_closed,
+    print_error,
+    usage_error,
+    write_output,
+)
+from ..dump.probe import probe, resolve_for_doctor
 from ..errors import SlurmEnvError
 from .checks import diagnose
-from .context import resolve_for_doctor
-from .probe import probe
 from .report import Report, format_report, to_json, use_colour
 
 if TYPE_CHECKING:
-    from ..dump import Dump
+    from ..dump.replay import Dump
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .. import render
-    from ..commands.console import add_resolution_options, argument_parser
-
     parser = argument_parser(
         prog="slurmenv doctor",
         description="Check this task for what makes distributed training hang at start-up; "
@@ -32,22 +36,16 @@ def build_parser() -> argparse.ArgumentParser:
         "exec slurmenv exec -- python train.py'",
     )
     parser.add_argument("--json", action="store_true", help="JSON instead of text")
-    parser.add_argument(
-        "--from", dest="from_file", metavar="FILE",
-        help="diagnose a file written by 'slurmenv dump' (node facts only if it was taken "
-        "with --probe)",
-    )
+    parser.add_argument("--from", dest="from_file", metavar="FILE",
+                        help="diagnose a file written by 'slurmenv dump' (node facts only if it "
+                        "was taken with --probe)")
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="print only warnings, errors and a one-line summary")
-    parser.add_argument(
-        "--export-ifname", action="store_true",
-        help="print export lines for NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME on stdout (for "
-        "eval) and the problems on stderr",
-    )
-    parser.add_argument(
-        "--shell", choices=render.SHELLS, default="sh",
-        help="syntax of --export-ifname (default sh)",
-    )
+    parser.add_argument("--export-ifname", action="store_true",
+                        help="print export lines for NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME "
+                        "on stdout (for eval) and the problems on stderr")
+    parser.add_argument("--shell", choices=render.SHELLS, default="sh",
+                        help="syntax of --export-ifname (default sh)")
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                         help="colour the verdicts (auto: only on a terminal)")
     parser.add_argument(
@@ -57,11 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
         "resolved; rank 0 reports missing, duplicate and disagreeing ranks. Exit status 1 in "
         "every task when the step is not sound",
     )
-    parser.add_argument(
-        "--step-timeout", metavar="SECONDS", default=None,
-        help="how long the step check waits for the other tasks (SLURMENV_STEP_TIMEOUT, "
-        "default 30)",
-    )
+    parser.add_argument("--step-timeout", metavar="SECONDS", default=None,
+                        help="how long the step check waits for the other tasks "
+                        "(SLURMENV_STEP_TIMEOUT, default 30)")
     add_resolution_options(parser)
     return parser
 
@@ -85,42 +81,35 @@ def replay(
     dump predates is skipped, saying so."""
     merged = {**loaded.replay_options, **(options or {})}
     with loaded.environment() as env:
-        return diagnose(
-            env, merged, ephemeral=loaded.ephemeral_range, facts=loaded.probe,
-            for_=_outputs(env, for_), recorded_by=loaded.version,
-        )
+        return diagnose(env, merged, ephemeral=loaded.ephemeral_range, facts=loaded.probe,
+                        for_=_outputs(env, for_), recorded_by=loaded.version)
 
 
 def step(options: Mapping[str, Any], timeout: str | None, from_file: str | None) -> int:
     """``doctor --step``: the step check (slurmenv.doctor.stepcheck) in this task."""
-    from .. import resolve
-    from ..commands.console import print_error, usage_error
-    from . import stepcheck
+    from .stepcheck.check import main_for, timeout_from
 
     if from_file:
         usage_error("--step checks a running step: it cannot replay a dump (--from)")
     try:
-        seconds = stepcheck.timeout_from(os.environ, timeout)
+        seconds = timeout_from(os.environ, timeout)
         res = resolve(**options)
     except SlurmEnvError as exc:
         print_error(exc)
         return 1
-    return stepcheck.main_for(res, options, seconds)
+    return main_for(res, options, seconds)
 
 
 def main(argv: Sequence[str]) -> int:
     """``slurmenv doctor``; returns 1 when any check gives an error, else 0."""
-    from .. import ports
-    from ..commands.console import print_error
-    from ..dump import load, options_from_args
+    from ..dump.command import options_from_args
+    from ..dump.replay import load
 
     args = build_parser().parse_args(argv)
     options = options_from_args(args)
     if args.step:
         return step(options, args.step_timeout, args.from_file)
     if args.step_timeout is not None:
-        from ..commands.console import usage_error
-
         usage_error("--step-timeout is the step check's: give it with --step "
                     "(slurmenv doctor --step --step-timeout N), or drop it")
     if args.from_file:
@@ -134,19 +123,13 @@ def main(argv: Sequence[str]) -> int:
     else:
         res, _ = resolve_for_doctor(os.environ, options)
         facts = probe(os.environ, options, res)
-        report = diagnose(
-            os.environ, options, ephemeral=ports.ephemeral_range(), facts=facts,
-            for_=_outputs(os.environ, args.for_),
-        )
+        report = diagnose(os.environ, options, ephemeral=ports.ephemeral_range(), facts=facts,
+                          for_=_outputs(os.environ, args.for_))
     status = 1 if report.errors else 0
     if args.export_ifname:
-        from .. import render
-
         if report.errors or report.warnings:  # silent when all is well: it runs in every task
             sys.stderr.write(format_report(report, use_colour(args.color, sys.stderr), quiet=True))
         if report.ifname is None:
-            from ..commands.console import fail_closed
-
             sys.stderr.write("slurmenv: error: no interface to export (see the checks above)\n")
             fail_closed(args.shell)  # eval $(slurmenv doctor --export-ifname) must stop too
             return 1

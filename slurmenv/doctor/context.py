@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .. import resolve, tfconfig
+from ..dump.probe import FIRST_FACTS
 from ..errors import SlurmEnvError
 from ..launchers import base
+from ..lean import NamedTuple
 from ..options import names as option_names
 from ..resolution import Resolution
 from .libraries import socket_ifname
@@ -18,53 +19,10 @@ NOT_PROBED = "not probed: this dump was taken without 'slurmenv dump --probe'"
 NO_RESOLUTION = "needs a resolution (see above)"
 NOT_RECORDED = "not recorded in this dump"
 
-#: The facts of the first probe (slurmenv 0.1.0), which left out ``master``, ``route`` and
-#: ``listening`` when they did not apply. Every later fact (``probe.FACTS``) is always written
-#: (None when it does not apply), so a dump without one was recorded before it existed.
-#: Never extended.
-FIRST_FACTS = ("hostname", "cpus", "interfaces", "master", "route", "listening")
-
 # Which check reports a resolution error, by the variable at fault.
 _STEP_VARIABLES = ("SLURM_STEP_ID", "SLURM_STEPID", "SLURM_JOB_ID")
 _OPTION_VARIABLES = option_names()  # every SLURMENV_* variable and flag of the options table
 _PORT_VARIABLES = ("MASTER_PORT", "SLURMENV_PORT", "SLURM_STEP_RESV_PORTS")
-
-
-def resolve_for_doctor(
-    environ: Mapping[str, str], options: Mapping[str, Any]
-) -> tuple[Resolution | None, SlurmEnvError | None]:
-    """Resolve without DNS and without the ephemeral check: doctor makes both itself."""
-    opts = {k: v for k, v in options.items() if v is not None}
-    opts["resolve_addr"] = False
-    try:
-        return resolve(environ, ephemeral_range=None, **opts), None
-    except SlurmEnvError as exc:
-        return None, exc
-    except ValueError as exc:  # a TF_CONFIG set by hand that is not JSON
-        return None, SlurmEnvError(
-            f"TF_CONFIG is set but is not JSON ({exc})", variable="TF_CONFIG",
-            value=environ.get("TF_CONFIG"), fix="unset TF_CONFIG and let slurmenv build it",
-        )
-
-
-def ports_here(res: Resolution) -> list[tuple[int, str]]:
-    """The ports this node's tasks will listen on: ``(port, what)``."""
-    try:
-        node_of: Sequence[int] = res.node_of
-        master_here = node_of[0] == res.node_rank
-        ranks = [r for r, n in enumerate(node_of) if n == res.node_rank]
-    except SlurmEnvError:
-        master_here, ranks = res.rank == 0, [res.rank]
-    out = [(res.master_port, "MASTER_PORT, rank 0")] if master_here else []
-    try:
-        addresses = res.tf_addresses
-    except SlurmEnvError:
-        return out
-    for rank in ranks:
-        port = tfconfig.port_of(addresses[rank]) if rank < len(addresses) else None
-        if port is not None:
-            out.append((port, f"TensorFlow, rank {rank}"))
-    return out
 
 
 def from_error(name: str, exc: SlurmEnvError) -> Check:
@@ -73,30 +31,25 @@ def from_error(name: str, exc: SlurmEnvError) -> Check:
     return Check(name, ERROR, exc.message + variable, exc.fix)
 
 
-class Context:
+class Context(NamedTuple):
     """What every check looks at."""
 
-    def __init__(
-        self,
-        environ: Mapping[str, str],
-        options: Mapping[str, Any],
-        res: Resolution | None,
-        err: SlurmEnvError | None,
-        ephemeral: tuple[int, int] | None,
-        facts: Mapping[str, Any] | None,
-        for_: str,
-        recorded_by: str | None = None,
-    ) -> None:
-        self.environ = environ
-        self.options = options
-        self.res = res
-        self.err = err
-        self.ephemeral = ephemeral
-        self.facts = facts
-        self.for_ = for_
-        self.recorded_by = recorded_by  # the slurmenv version of a replayed dump's facts
-        self.job = base.job_id(environ)
-        self.step = base.step_id(environ)
+    environ: Mapping[str, str]
+    options: Mapping[str, Any]
+    res: Resolution | None
+    err: SlurmEnvError | None
+    ephemeral: tuple[int, int] | None
+    facts: Mapping[str, Any] | None
+    for_: str
+    recorded_by: str | None = None  # the slurmenv version of a replayed dump's facts
+
+    @property
+    def job(self) -> str | None:
+        return base.job_id(self.environ)
+
+    @property
+    def step(self) -> str | None:
+        return base.step_id(self.environ)
 
     @property
     def node(self) -> str:
@@ -173,12 +126,10 @@ class Context:
     def not_recorded(self, what: str, facts: Sequence[str]) -> Check:
         """The verdict of a check whose facts this dump predates: skipped, saying so."""
         version = (self.recorded_by or "?")[:40]
-        return Check(
-            what, SKIPPED,
-            f"{NOT_RECORDED} (recorded by slurmenv {version}, before the probe "
-            f"fact{'s' * (len(facts) != 1)} {', '.join(facts)}): take a new one with "
-            "slurmenv dump --probe",
-        )
+        return Check(what, SKIPPED,
+                     f"{NOT_RECORDED} (recorded by slurmenv {version}, before the probe "
+                     f"fact{'s' * (len(facts) != 1)} {', '.join(facts)}): take a new one with "
+                     "slurmenv dump --probe")
 
     def no_resolution(self, what: str) -> Check:
         """The verdict of a check that needs a resolution when there is none."""
@@ -190,9 +141,7 @@ class Context:
         if res is not None:
             return f"rank {res.rank} of {res.world_size} on {self.node} ({res.label})"
         if self.job:
-            if self.in_batch_script():
-                where = "outside any step"
-            else:
-                where = f"step {self.step}" if self.step else "no step of its own"
+            where = ("outside any step" if self.in_batch_script() else
+                     f"step {self.step}" if self.step else "no step of its own")
             return f"job {self.job}, {where}, on {self.node}"
         return f"on {self.node}"

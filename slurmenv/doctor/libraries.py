@@ -15,11 +15,8 @@ ALL_PROXIES = GRPC_PROXIES + OTHER_PROXIES
 
 
 def nccl_allows(value: str, interface: str) -> bool:
-    """Whether ``NCCL_SOCKET_IFNAME=value`` lets NCCL use ``interface``.
-
-    NCCL reads a comma list of prefixes; a leading ``^`` excludes them, a leading ``=`` (after
-    ``^`` if any) makes them exact names.
-    """
+    """Whether ``NCCL_SOCKET_IFNAME=value`` lets NCCL use ``interface``: a comma list of
+    prefixes, excluded after a leading ``^``, exact names after a leading ``=``."""
     text = value.strip()
     exclude = text.startswith("^")
     text = text[1:] if exclude else text
@@ -36,10 +33,8 @@ def gloo_allows(value: str, interface: str) -> bool:
 
 
 def socket_ifname(name: str, interfaces: Mapping[str, object]) -> dict[str, str]:
-    """``NCCL_SOCKET_IFNAME`` and ``GLOO_SOCKET_IFNAME`` that select exactly ``name``.
-
-    NCCL takes prefixes: ``=name`` when another interface of ``interfaces`` starts with it.
-    """
+    """``NCCL_SOCKET_IFNAME`` and ``GLOO_SOCKET_IFNAME`` that select exactly ``name`` (NCCL's
+    ``=name`` when another interface starts with it: NCCL takes prefixes)."""
     exact = any(other != name and other.startswith(name) for other in interfaces)
     return {"NCCL_SOCKET_IFNAME": f"={name}" if exact else name, "GLOO_SOCKET_IFNAME": name}
 
@@ -57,11 +52,8 @@ def _entry_covers(entry: str, host: str) -> bool:
 
 
 def grpc_proxy(environ: Mapping[str, str]) -> tuple[str, str] | None:
-    """``(variable, value)`` of the proxy gRPC would use, as gRPC core chooses it.
-
-    The first of grpc_proxy, https_proxy, http_proxy that is set wins; an empty value means
-    no proxy; a scheme other than ``http://`` is ignored by gRPC.
-    """
+    """``(variable, value)`` of the proxy gRPC core would use: the first of grpc_proxy,
+    https_proxy, http_proxy set wins; empty means none; gRPC ignores a scheme but ``http://``."""
     for name in GRPC_PROXIES:
         value = environ.get(name)
         if value is None:

@@ -1,20 +1,14 @@
 """The doctor's checks: one record each (:class:`Entry`), in one list, in print order.
 
-A check is one function ``(Context) -> Check`` registered with :func:`check` in a topic
-module of ``checks/``; ``checks/__init__.py``'s ``ORDER`` puts them in the order of the report
-(:func:`order`). Each says in one line what it looks at: :func:`markdown` makes
-docs/doctor.md's table of them.
+A check is one function ``(Context) -> Check`` registered with :func:`check` in a
+``checks_*`` module; ``checks.ORDER`` places them (:func:`order`). The guard every check would
+otherwise open with is declared in its record and run once by ``checks.diagnose``:
+``resolution=True`` (not called without one), ``facts=`` (skipped when the node was not probed,
+or the replayed dump predates a fact), ``errors=`` (the categories of
+``Context.err_category`` whose resolver error it reports, with the resolver's message and fix).
 
-The guard every check would otherwise open with is declared in its record and run once, by
-``checks.diagnose``: a check with ``resolution=True`` is not called without a resolution (its
-verdict is the context's ``no_resolution``); one naming node facts (``facts=``) is reported
-skipped when the node was not probed (``skipped_local``) or when the replayed dump predates one
-of those facts ("not recorded in this dump"); one naming resolver ``errors`` (the categories of
-``Context.err_category``) reports that error with the resolver's own message and fix.
-
-This module is the lowest of the package (``report.py`` prints with its labels), so it does
-not name the types of the modules above it (``context.Context``, ``report.Check``): the
-decorator keeps each function's own type, and ``checks.diagnose`` calls them with a Context.
+The package's lowest module (``report.py`` prints with its labels): it names no type of the
+modules above it; the decorator keeps each function's own type.
 """
 
 from __future__ import annotations
@@ -72,9 +66,7 @@ def check(
     resolution: bool = False, errors: tuple[str, ...] = (),
 ) -> Callable[[CheckFunction], CheckFunction]:
     """Register the decorated function as the check ``name``, shown as ``label``; ``looks_at``
-    says what it looks at, for the docs; ``facts`` are the node facts (``probe.FACTS``) it
-    needs, ``resolution`` whether it needs a resolution, ``errors`` the resolver errors it
-    reports (see the module's docstring)."""
+    is its row in docs/doctor.md; the rest is its guard (see the module's docstring)."""
 
     if not looks_at.strip() or "\n" in looks_at or "|" in looks_at:
         raise ValueError(f"doctor check {name!r}: looks_at is one line without '|'")
@@ -97,10 +89,3 @@ def order(names: Sequence[str]) -> None:
             f"{sorted(by_name)} once"
         )
     ENTRIES[:] = [by_name[name] for name in names]
-
-
-def markdown() -> str:
-    """docs/doctor.md's table: every check (in print order) and what it looks at."""
-    lines = ["| check | what it looks at |", "|---|---|"]
-    lines += [f"| `{entry.label}` | {entry.looks_at} |" for entry in ENTRIES]
-    return "\n".join(lines)

@@ -38,13 +38,8 @@ class Report(NamedTuple):
         return sum(c.verdict == WARNING for c in self.checks)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "title": self.title,
-            "checks": [c._asdict() for c in self.checks],
-            "errors": self.errors,
-            "warnings": self.warnings,
-            "ifname": self.ifname,
-        }
+        return {"title": self.title, "checks": [c._asdict() for c in self.checks],
+                "errors": self.errors, "warnings": self.warnings, "ifname": self.ifname}
 
 
 def to_json(report: Report) -> str:
@@ -66,14 +61,10 @@ def use_colour(choice: str, stream: Any) -> bool:
     return bool(getattr(stream, "isatty", lambda: False)())
 
 
-def format_report(
-    report: Report, colour: bool = False, quiet: bool = False, width: int | None = None
-) -> str:
-    """Plain text: one line per check (and a ``fix:`` line under a problem).
-
-    ``width`` wraps long lines under their message column (for a terminal); None keeps one
-    line per check and per fix, which suits log files and grep.
-    """
+def format_report(report: Report, colour: bool = False, quiet: bool = False,
+                  width: int | None = None) -> str:
+    """Plain text: one line per check, and a ``fix:`` line under a problem; ``width`` wraps
+    them under their message column (None: one line each, for logs and grep)."""
     import textwrap
 
     lines = [] if quiet else [printable(f"slurmenv doctor: {report.title}")]
@@ -92,10 +83,9 @@ def format_report(
         if quiet and check.verdict in (OK, SKIPPED):
             continue
         verdict = f"{check.verdict:<8}"
-        if colour:
-            verdict = f"\033[{_COLOURS[check.verdict]}m{check.verdict}\033[0m" + " " * (
-                8 - len(check.verdict)
-            )
+        if colour:  # the padding stays outside the escape codes
+            verdict = verdict.replace(check.verdict,
+                                      f"\033[{_COLOURS[check.verdict]}m{check.verdict}\033[0m")
         add(f"{verdict} {CHECKS[check.name]:<{label_width}}  ", printable(check.message))
         if check.fix and check.verdict in (WARNING, ERROR):
             add(indent, printable(f"fix: {check.fix}"))

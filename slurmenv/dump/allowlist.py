@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .. import launchers
 from ..launchers import base
 
 #: Slurm variables read besides the launchers' own (each launcher module declares its
@@ -50,25 +51,13 @@ OUTPUT_VARIABLES = (
 )  # fmt: skip
 
 
-def _launcher_names() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Every registered launcher's VARIABLES and PREFIXES."""
-    from .. import launchers
-
-    names: list[str] = []
-    prefixes: list[str] = []
-    for module in launchers.modules():
-        names.extend(module.VARIABLES)
-        names.extend(getattr(module, "TASK_VARIABLES", ()))  # the stray check reads them
-        prefixes.extend(module.PREFIXES)
-    return tuple(names), tuple(prefixes)
-
-
-_LAUNCHER_VARIABLES, _LAUNCHER_PREFIXES = _launcher_names()
-#: Every variable a dump may hold (the allow-list), plus those matching PREFIXES.
-VARIABLES = tuple(dict.fromkeys(
-    _LAUNCHER_VARIABLES + SLURM_VARIABLES + OUTPUT_VARIABLES + NODE_VARIABLES + PROXY_VARIABLES
-))
-PREFIXES = ("SLURMENV_", *_LAUNCHER_PREFIXES)
+_LAUNCHERS = launchers.modules()
+#: Every variable a dump may hold (the allow-list: every registered launcher's VARIABLES and
+#: TASK_VARIABLES, which the stray check reads, and the lists above), plus those of PREFIXES.
+VARIABLES = tuple(dict.fromkeys((
+    *(name for m in _LAUNCHERS for name in (*m.VARIABLES, *getattr(m, "TASK_VARIABLES", ()))),
+    *SLURM_VARIABLES, *OUTPUT_VARIABLES, *NODE_VARIABLES, *PROXY_VARIABLES)))
+PREFIXES = ("SLURMENV_", *(prefix for m in _LAUNCHERS for prefix in m.PREFIXES))
 REDACTED = base.REDACTED
 redact_proxy = base.redact_proxy
 

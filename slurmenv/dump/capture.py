@@ -9,13 +9,15 @@ import datetime
 import os
 import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import __version__, resolve
 from ..errors import SlurmEnvError
+from ..launchers import apinfo, base, evidence
 from ..resolution import Resolution
 from .allowlist import FILE_VARIABLES, select
+from .probe import cpus
 
 #: A dump file says it is one, and of which format, under FORMAT_KEY (load refuses others).
 FORMAT = 1
@@ -23,15 +25,11 @@ FORMAT_KEY = "slurmenv_dump"
 DEFAULT_OUTPUT = "slurmenv-dump-%j.%s.%t.json"
 
 
-def expand_output(
-    pattern: str, environ: Mapping[str, str], resolved: Mapping[str, Any] | None = None
-) -> str:
-    """srun-style file name patterns: %j job, %s step, %t rank, %n node index, %N host, %%.
-
-    ``resolved`` (a resolution's ``to_dict()``) gives the rank and node index when known: an
-    MPI rank's SLURM_PROCID/SLURM_NODEID are a daemon step's or the batch script's, the same
-    in several ranks, whose dumps would overwrite each other.
-    """
+def expand_output(pattern: str, environ: Mapping[str, str],
+                  resolved: Mapping[str, Any] | None = None) -> str:
+    """srun-style file name patterns: %j job, %s step, %t rank, %n node index, %N host, %%;
+    rank and node index from ``resolved`` (``to_dict()``) when known: an MPI rank's
+    SLURM_PROCID is a daemon step's, the same in several ranks."""
     summary = resolved or {}
     values = {
         "j": environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID") or "nojob",
@@ -46,9 +44,8 @@ def expand_output(
 
 
 def _file_name_part(value: str) -> str:
-    """``value`` as a piece of a file name that stays in its directory: only letters, digits,
-    ``.``, ``_`` and ``-`` (``/`` and the rest become ``_``), never ``.`` or ``..``, at most
-    64 characters. A variable such as ``SLURMD_NODENAME=../../x`` cannot move the file."""
+    """``value`` as a piece of a file name that stays in its directory (letters, digits,
+    ``._-``; never ``.`` or ``..``; at most 64 characters): ``SLURMD_NODENAME=../../x`` too."""
     text = re.sub(r"[^A-Za-z0-9._-]", "_", value)[:64]
     return "_" if text.strip(".") == "" else text
 
@@ -74,27 +71,17 @@ def record(res: Resolution) -> dict[str, Any]:
     return data
 
 
-def _affinity() -> int | None:
-    """How many CPUs this task may run on (thread counts follow it when -c was not given)."""
-    getaffinity = getattr(os, "sched_getaffinity", None)
-    return len(getaffinity(0)) if getaffinity is not None else None
-
-
 #: The largest file a dump records (a host file of a million ranks is about 20 MB).
 FILE_LIMIT = 1 << 25
 #: Where no file a variable documents lives: the kernel's pseudo-files and devices
 #: (``SLURM_HOSTFILE=/proc/self/environ`` would copy the whole environment into the dump).
 PSEUDO_ROOTS = ("/proc", "/sys", "/dev")
-
-
-#: The file a replay (and the resolution a dump records) points a variable of FILE_VARIABLES
-#: at when the dump holds no copy of its file: never the replaying machine's file of that name.
 NOT_RECORDED = "not-recorded-in-the-dump"
 
 
 def unrecorded_path(name: str) -> str:
-    """Where ``name`` points when its file is not in the dump: a path under ``/proc``, where no
-    one can create a file, the same on every machine (a replay gives the recorded answer)."""
+    """Where ``name`` points, in the recorded resolution and a replay, when the dump holds no
+    copy of its file: under ``/proc``, where no one creates a file, the same on every machine."""
     return f"/proc/{NOT_RECORDED}/{name.lower()}"
 
 
@@ -129,17 +116,11 @@ def _hosts(name: str, data: bytes) -> None:
         raise SlurmEnvError(f"{name} names {bad!r}, no host name", variable=name)
 
 
-def _apinfo(name: str, data: bytes) -> None:
-    """A PALS apinfo file, read as the PALS launcher reads it (:func:`apinfo.parse`)."""
-    from ..launchers import apinfo
-
-    apinfo.parse(data, name)
-
-
 #: How each variable of FILE_VARIABLES' file is checked to be what the variable documents
 #: (raises SlurmEnvError or UnicodeDecodeError when it is not): the resolver's own readers.
-FILE_CHECKS = {"SLURM_HOSTFILE": _hosts, "PBS_NODEFILE": _hosts, "LSB_DJOB_RANKFILE": _hosts,
-               "PALS_APINFO": _apinfo}
+FILE_CHECKS: dict[str, Callable[[str, bytes], object]] = {
+    "SLURM_HOSTFILE": _hosts, "PBS_NODEFILE": _hosts, "LSB_DJOB_RANKFILE": _hosts,
+    "PALS_APINFO": lambda name, data: apinfo.parse(data, name)}  # as the PALS launcher does
 
 
 def _printable_runs(data: bytes) -> list[str]:
@@ -149,10 +130,8 @@ def _printable_runs(data: bytes) -> list[str]:
 
 
 def _why_not_kept(name: str, path: str, data: bytes) -> str | None:
-    """Why the file ``path`` named by ``name`` is not recorded, None when it is kept: it must
-    be what the variable documents (:data:`FILE_CHECKS`) and hold no line that looks like a credential (``launchers.base.looks_like_credential``)."""
-    from ..launchers import base
-
+    """Why the file ``path`` named by ``name`` is not recorded (None: kept): not what the
+    variable documents (:data:`FILE_CHECKS`), or a line that looks like a credential."""
     try:
         FILE_CHECKS[name](name, data)
     except (SlurmEnvError, UnicodeDecodeError):
@@ -162,12 +141,10 @@ def _why_not_kept(name: str, path: str, data: bytes) -> str | None:
     return None
 
 
-def _read_files(
-    environ: Mapping[str, str],
-) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
-    """(text files, binary files base64, why others were not recorded) named by
-    :data:`FILE_VARIABLES` and readable here: only a file that is what its variable documents
-    (:func:`_why_not_kept`)."""
+def _read_files(environ: Mapping[str, str]
+                ) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """(text files, binary files base64, why others were not recorded) of
+    :data:`FILE_VARIABLES`."""
     import base64
 
     from .. import readfile as files
@@ -203,11 +180,8 @@ def _read_files(
     return text, binary, skipped
 
 
-def collect(
-    environ: Mapping[str, str] | None = None,
-    options: Mapping[str, Any] | None = None,
-    probe: bool = False,
-) -> dict[str, Any]:
+def collect(environ: Mapping[str, str] | None = None, options: Mapping[str, Any] | None = None,
+            probe: bool = False) -> dict[str, Any]:
     """Build a dump of this task (``environ`` defaults to ``os.environ``)."""
     from .. import ports
 
@@ -220,31 +194,24 @@ def collect(
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "hostname": socket.gethostname(),
         "ephemeral_range": list(ephemeral) if ephemeral else None,
-        "cpu_affinity": _affinity(),
+        "cpu_affinity": cpus()["affinity"],  # thread counts follow it when -c was not given
         "options": opts,
         "environ": select(env),
     }
     data["files"], data["binary_files"], skipped = _read_files(env)
     if skipped:
         data["files_not_recorded"] = skipped
-    from ..launchers import evidence
-
-    found = evidence.find()
-    data["step_evidence"] = found
+    data["step_evidence"] = found = evidence.find()
     # The resolution recorded reads only the files recorded: an error quoting a file kept out
     # (its lines, its size) would copy it into the dump all the same.
     seen = {**env, **{name: unrecorded_path(name) for name in skipped}} if skipped else env
     try:
-        res: Resolution | None = resolve(
-            seen, ephemeral_range=ephemeral, step_evidence=found, **opts
-        )
-        assert res is not None
-        data["resolution"] = record(res)
+        data["resolution"] = record(resolve(seen, ephemeral_range=ephemeral, step_evidence=found,
+                                            **opts))
     except SlurmEnvError as exc:
-        res = None
         data["resolution"] = error_dict(exc)
     if probe:
-        from ..doctor.probe import probe as probe_node
+        from .probe import probe as probe_node
 
         data["probe"] = probe_node(env, options=opts)
     return data
@@ -255,9 +222,8 @@ MODE = 0o600
 
 
 def write_new(path: str, text: str, force: bool = False) -> None:
-    """Write ``text`` to a new file ``path``, mode :data:`MODE` (0600): an existing file is
-    refused (FileExistsError) unless ``force`` (then it is made 0600 before it is written),
-    and a symbolic link at ``path`` always (never followed to overwrite the file it names)."""
+    """Write ``text`` to a new file ``path``, mode 0600: an existing file is refused
+    (FileExistsError) unless ``force`` (then made 0600 first), a symbolic link always."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     flags |= os.O_TRUNC if force else os.O_EXCL
     fd = os.open(path, flags, MODE)

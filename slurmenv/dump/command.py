@@ -10,40 +10,31 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from ..commands.console import add_resolution_options, argument_parser, write_output
+from ..options import given_in
 from .capture import DEFAULT_OUTPUT, collect, expand_output, write_new
 
 
 def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The resolution options given on the command line (the options table's, see
-    commandline.add_resolution_options)."""
-    from ..options import given_in
-
+    """The resolution options given on the command line (console.add_resolution_options)."""
     return given_in(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..commands.console import add_resolution_options, argument_parser
-
     parser = argument_parser(
         prog="slurmenv dump",
         description="Write what slurmenv reads in this task (no secrets) to a JSON file that "
         "'slurmenv show --from FILE' and 'slurmenv doctor --from FILE' replay anywhere. "
         "Run it where the problem is: srun slurmenv dump",
     )
-    parser.add_argument(
-        "-o", "--output", default=DEFAULT_OUTPUT, metavar="FILE",
-        help=f"file to write, '-' for stdout; %%j job, %%s step, %%t rank, %%n node index, "
-        f"%%N host name (default {DEFAULT_OUTPUT.replace('%', '%%')})",
-    )
-    parser.add_argument(
-        "--force", action="store_true",
-        help="replace an existing file (never through a symbolic link)",
-    )
-    parser.add_argument(
-        "--probe", action="store_true",
-        help="also record the node facts doctor checks (DNS answer for the master, interfaces, "
-        "listening ports, CPUs): one DNS lookup per task",
-    )
+    parser.add_argument("-o", "--output", default=DEFAULT_OUTPUT, metavar="FILE",
+                        help=f"file to write, '-' for stdout; %%j job, %%s step, %%t rank, %%n "
+                        f"node index, %%N host name (default {DEFAULT_OUTPUT.replace('%', '%%')})")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing file (never through a symbolic link)")
+    parser.add_argument("--probe", action="store_true",
+                        help="also record the node facts doctor checks (DNS answer for the "
+                        "master, interfaces, listening ports, CPUs): one DNS lookup per task")
     add_resolution_options(parser)
     return parser
 
@@ -54,8 +45,6 @@ def main(argv: Sequence[str]) -> int:
     data = collect(options=options_from_args(args), probe=args.probe)
     text = json.dumps(data, indent=1, sort_keys=False) + "\n"
     if args.output == "-":
-        from ..commands.console import write_output
-
         return write_output(text)
     path = expand_output(args.output, os.environ, data["resolution"].get("summary"))
     try:

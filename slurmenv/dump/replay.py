@@ -44,12 +44,8 @@ class Dump(NamedTuple):
 
     @contextmanager
     def environment(self) -> Iterator[dict[str, str]]:
-        """The recorded environment, to resolve inside the ``with`` block.
-
-        Each recorded file (``SLURM_HOSTFILE``, the PALS apinfo file, ...) is a temporary copy
-        its variable points at. Resolve with :attr:`replay_options`, which carry the recorded
-        task's CPU count.
-        """
+        """The recorded environment, each recorded file a temporary copy its variable points
+        at (a file not recorded: :func:`capture.unrecorded_path`), for the ``with`` block."""
         import base64
 
         env = dict(self.environ)
@@ -63,28 +59,22 @@ class Dump(NamedTuple):
                 if name in env:
                     env[name] = unrecorded_path(name)
             for name, content in copies:
-                if name not in FILE_VARIABLES:
-                    continue
-                path = os.path.join(tmp, name.lower())
-                with open(path, "wb") as handle:
-                    handle.write(content)
-                env[name] = path
+                if name in FILE_VARIABLES:
+                    env[name] = path = os.path.join(tmp, name.lower())
+                    with open(path, "wb") as handle:
+                        handle.write(content)
             yield env
 
     @property
     def replay_options(self) -> dict[str, Any]:
-        """The recorded options plus the recorded task's CPU count (``resolve(cpus=...)``):
-        thread counts follow the task's CPU affinity, a fact of its node, not of this one. And
-        no other process (``rivals=()``): the processes of this machine are not the recorded
-        node's, so a replay does not look for rival launches (``rivals.py``)."""
+        """The recorded options, with the recorded task's CPU count (thread counts follow it,
+        a fact of its node) and no rival launches (this machine's processes are not its)."""
         return {**self.options, "cpus": self.cpu_affinity, "rivals": (),
                 "step_evidence": self.step_evidence}
 
     def resolve(self, **overrides: Any) -> Resolution:
-        """Replay the resolution; ``overrides`` (not None) replace the recorded options.
-
-        The DNS lookup of ``--resolve-addr`` is not replayed (the names belong to the cluster).
-        """
+        """Replay the resolution, ``overrides`` (not None) replacing the recorded options;
+        without the DNS lookup of ``--resolve-addr`` (the names are the cluster's)."""
         opts = self.replay_options
         opts.update({k: v for k, v in overrides.items() if v is not None})
         opts["resolve_addr"] = False
@@ -172,20 +162,21 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _texts(value: Any) -> bool:
+    """Whether ``value`` is a mapping of strings (JSON's keys are strings)."""
+    return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+
+
 def _strings(data: dict[str, Any], key: str, path: str) -> dict[str, str]:
     value = data.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
+    if value is not None and not _texts(value):
         raise _bad(path, f"'{key}' is not a mapping of strings")
-    return value
+    return value or {}
 
 
 def _options(data: dict[str, Any], path: str) -> dict[str, Any]:
-    """The recorded options, each read back through the options table's own parser (as text,
-    or a bool for a flag), so a replay gets only values the command line could have given."""
+    """The recorded options, each read back through the options table's own parser: only
+    values the command line could have given."""
     from ..options import FLAG, PARSERS, RANGE, TABLE
 
     value = data.get("options")
@@ -245,14 +236,10 @@ def _resolution(data: dict[str, Any], path: str) -> dict[str, Any] | None:
     summary = value.get("summary")
     if not isinstance(summary, dict):
         raise _bad(path, "'resolution.summary' is not a mapping")
-    if "sources" in summary and not (isinstance(summary["sources"], dict) and all(
-        isinstance(v, str) for v in summary["sources"].values()
-    )):
+    if "sources" in summary and not _texts(summary["sources"]):
         raise _bad(path, "'resolution.summary.sources' is not a mapping of strings")
     env = value.get("env")
-    if env is not None and not _is_error(env) and not (
-        isinstance(env, dict) and all(isinstance(v, str) for v in env.values())
-    ):
+    if env is not None and not _is_error(env) and not _texts(env):
         raise _bad(path, "'resolution.env' is neither a mapping of strings nor an error")
     layout = value.get("layout")
     if layout is not None and not _is_error(layout) and not (
@@ -289,11 +276,9 @@ def _read(path: str) -> bytes:
 
 
 def load(path: str) -> Dump:
-    """Read a dump written by ``slurmenv dump``; SlurmEnvError naming what is wrong if it is
-    not one, whatever the file holds. Bounded before it is parsed: its size
-    (:data:`LOAD_LIMIT`) and the memory parsing it takes (:data:`LOAD_COST_LIMIT`); then its
-    nesting (:data:`LOAD_DEPTH_LIMIT`), and the shape of every field, here, once, for both
-    ``show --from`` and ``doctor --from``."""
+    """Read a dump written by ``slurmenv dump``; SlurmEnvError naming what is wrong, whatever
+    the file holds: its size and parsing cost bounded before it is parsed (LOAD_LIMIT,
+    LOAD_COST_LIMIT), then its nesting (LOAD_DEPTH_LIMIT) and every field's shape."""
     raw = _read(path)
     try:
         text = raw.decode("utf-8")
@@ -312,16 +297,12 @@ def load(path: str) -> Dump:
             f"the dump is not JSON ({why})", variable="--from", value=path, fix=LOAD_FIX,
         ) from None
     if not isinstance(data, dict) or data.get(FORMAT_KEY) != FORMAT:
-        raise SlurmEnvError(
-            f"not a slurmenv dump of format {FORMAT}", variable="--from", value=path,
-            fix=LOAD_FIX,
-        )
+        raise SlurmEnvError(f"not a slurmenv dump of format {FORMAT}", variable="--from",
+                            value=path, fix=LOAD_FIX)
     if _too_deep(data, LOAD_DEPTH_LIMIT):
         raise _bad(path, f"nesting is deeper than {LOAD_DEPTH_LIMIT} levels (LOAD_DEPTH_LIMIT)")
-    environ = data.get("environ")
-    if not isinstance(environ, dict):
+    if not isinstance(data.get("environ"), dict):
         raise _bad(path, "'environ' is not a mapping of strings")
-    environ = _strings(data, "environ", path)
     eph = data.get("ephemeral_range")
     if eph is not None and not (
         isinstance(eph, list) and len(eph) == 2 and all(map(_is_int, eph))
@@ -335,19 +316,18 @@ def load(path: str) -> Dump:
         raise _bad(path, "'probe' is not a mapping")
     binary = _strings(data, "binary_files", path)
     import base64
-    import binascii
 
     for name, content in binary.items():
         try:
             base64.b64decode(content, validate=True)
-        except (binascii.Error, ValueError):
+        except ValueError:  # binascii.Error is one
             raise _bad(path, f"binary_files.{name} is not base64") from None
     evidence = data.get("step_evidence")
     if evidence is not None and not isinstance(evidence, str):
         raise _bad(path, "'step_evidence' is not text")
     return Dump(
         path=path,
-        environ=environ,
+        environ=_strings(data, "environ", path),
         ephemeral_range=(eph[0], eph[1]) if eph else None,
         cpu_affinity=cpus or None,
         options=_options(data, path),
@@ -423,11 +403,8 @@ def replay_report(dump: Dump, replayed: dict[str, Any]) -> list[str]:
         return [f"replay: identical to the resolution recorded by {origin}"]
     if same_values(dump.recorded, replayed):
         changed = ", ".join(d.split(":")[0] for d in diff[:5])
-        same = (
-            f"replay: same values as recorded by {origin}; only the explanations differ "
-            f"(slurmenv {__version__} here): {changed}"
-        )
-        return [same]
+        return [(f"replay: same values as recorded by {origin}; only the explanations differ "
+                 f"(slurmenv {__version__} here): {changed}")]
     lines = [f"replay: DIFFERS from the resolution recorded by {origin}:"]
     lines.extend(f"  {line}" for line in diff[:40])
     if len(diff) > 40:

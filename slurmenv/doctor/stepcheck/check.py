@@ -8,13 +8,35 @@ from collections.abc import Mapping
 from typing import Any
 
 from ... import options, resolve
-from ...errors import SlurmEnvError
+from ...errors import SlurmEnvError, parse_int
 from ...resolution import Resolution
-from .facts import facts_of
-from .protocol import one_line
+from .protocol import facts_of, one_line
 from .rank0 import HANDSHAKE_SECONDS, RESERVE_FDS, Outcome, Rank0, raise_fd_limit, restore_fd_limit
 from .reporting import report, topology_note
 from .task import join
+
+DEFAULT_TIMEOUT = 30.0
+TIMEOUT_VARIABLE = "SLURMENV_STEP_TIMEOUT"
+TIMEOUT_FIX = f"give seconds, e.g. {TIMEOUT_VARIABLE}=30 or --step-timeout 30 (1 to 3600)"
+
+
+def parse_timeout(text: str, variable: str = TIMEOUT_VARIABLE) -> float:
+    """Seconds of the step check: whole seconds from 1 to 3600, read as every number slurmenv
+    reads is (``errors.parse_int``: ASCII digits, no sign, blank, separator, exponent or
+    leading zero); SlurmEnvError naming ``variable``."""
+    value = parse_int(variable, text, minimum=1, fix=TIMEOUT_FIX)
+    if value > 3600:
+        raise SlurmEnvError("the step check's timeout must be seconds from 1 to 3600",
+                            variable=variable, value=text, fix=TIMEOUT_FIX)
+    return float(value)
+
+
+def timeout_from(environ: Mapping[str, str], given: str | None = None) -> float:
+    """``--step-timeout`` (``given``), else ``SLURMENV_STEP_TIMEOUT``, else 30 s."""
+    if given is not None:
+        return parse_timeout(given, "--step-timeout")
+    text = environ.get(TIMEOUT_VARIABLE, "")
+    return parse_timeout(text) if text.strip() else DEFAULT_TIMEOUT
 
 
 def baseline_port(environ: Mapping[str, str], given: Mapping[str, Any]) -> int | None:
@@ -40,8 +62,7 @@ def serve(res: Resolution, own: Mapping[str, Any], timeout: float,
     rank0 = Rank0(own, timeout, handshake, str(own.get("launcher", "")).startswith("slurm"))
     try:
         if not rank0.open(res.master_port):
-            ok, lines = report(res, own, rank0.outcome, environ)
-            return ok, lines, rank0.outcome
+            return (*report(res, own, rank0.outcome, environ), rank0.outcome)
         rank0.gather()
         ok, lines = report(res, own, rank0.outcome, environ)
         short = lines[0].replace("slurmenv step check: ", "").split(";")[0]
@@ -62,8 +83,7 @@ def serve(res: Resolution, own: Mapping[str, Any], timeout: float,
     finally:
         rank0.close()
         restore_fd_limit(old)
-    ok, lines = report(res, own, rank0.outcome, environ)
-    return ok, lines, rank0.outcome
+    return (*report(res, own, rank0.outcome, environ), rank0.outcome)
 
 
 def run(

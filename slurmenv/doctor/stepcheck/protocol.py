@@ -1,4 +1,5 @@
-"""The step check's wire format: messages, the step's identity, and the schema of a task's facts.
+"""The step check's wire format: messages, the step's identity, and a task's facts (what it
+tells rank 0, a pure function of its Resolution and options: :func:`facts_of`).
 
 Every message is the line ``slurmenv-stepcheck 2`` and one JSON object on one line, at most
 :data:`MAX_MESSAGE` bytes, with a ``kind`` and the step's identity ``id`` (job, step, world
@@ -9,7 +10,7 @@ size, master address and port: :data:`ID_FIELDS`). The kinds, in the order of a 
     task -> rank 0   ack      id, task                           "I know the verdict"
     rank 0 -> task   go | abort  id, line                        phase 2: start, or do not
     task -> rank 0   outcome  id, task   (on a new connection)   "my link broke: what was it?"
-    rank 0 -> task   late | other-step  id, line                 not counted (see server.py)
+    rank 0 -> task   late | other-step  id, line                 not counted (see rank0.py)
 
 A field that is missing, null or of another type makes the message malformed: never a value
 that "agrees" (:func:`problems_of`).
@@ -18,10 +19,13 @@ that "agrees" (:func:`problems_of`).
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Mapping
 from typing import Any
 
-from ...errors import printable
+from ... import __version__
+from ...errors import SlurmEnvError, printable
+from ...resolution import Resolution
 
 MAGIC = b"slurmenv-stepcheck 2\n"
 MAX_MESSAGE = 16384  # bytes of one message (magic line + JSON line)
@@ -58,14 +62,6 @@ def encode(payload: Mapping[str, Any]) -> bytes:
     if len(data) > MAX_MESSAGE:
         raise ProtocolError(f"message of {len(data)} bytes exceeds {MAX_MESSAGE}")
     return data
-
-
-def decode(buffer: bytes) -> dict[str, Any] | None:
-    """The one message in ``buffer``, None while incomplete; ProtocolError when it is not one."""
-    message, rest = split(buffer)
-    if message is not None and rest:
-        raise ProtocolError("more than one message")
-    return message
 
 
 def split(buffer: bytes) -> tuple[dict[str, Any] | None, bytes]:
@@ -124,10 +120,6 @@ def problems_of(payload: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def valid_rank(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 31
-
-
 def hello_facts(payload: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
     """A hello's facts (id and facts merged) and why it cannot be counted at all (no rank, not
     a hello): (facts, None) when its rank is usable, even if other fields are wrong."""
@@ -137,8 +129,67 @@ def hello_facts(payload: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str 
     if not isinstance(ident, dict) or not isinstance(facts, dict):
         return None, "a hello without id or facts"
     merged = {**facts, **{k: ident.get(k) for k in ID_FIELDS}}
-    if not valid_rank(merged.get("rank")):
+    rank = merged.get("rank")
+    if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < 1 << 31:
         return None, "no rank in its message"
     if not isinstance(payload.get("task"), str):
         return None, "a hello without its task nonce"
     return merged, None
+
+
+def _cap(value: object) -> str:
+    return str(value)[:STRING_CAP]
+
+
+def tf_digest(res: Resolution) -> str:
+    """8 hex digits of TF_CONFIG's worker list (as ``show --one-line``'s ``cluster=``), or
+    ``none`` where TF_CONFIG cannot be built."""
+    import hashlib
+
+    try:
+        cluster = res.tf_config.get("cluster", {})
+    except SlurmEnvError:
+        return "none"
+    return hashlib.sha1(json.dumps(cluster, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def facts_of(res: Resolution, opts: Mapping[str, Any]) -> dict[str, Any]:
+    """What a task sends rank 0 (and what rank 0 compares with its own): every field of
+    :data:`protocol.FIELDS` but ``via`` (the client adds it), none of them null."""
+    def known(name: str, value: int) -> int | str:
+        return UNKNOWN if name in res.unknown else value
+
+    return {
+        "rank": res.rank,
+        "world_size": res.world_size,
+        "node": _cap(res.hostname or socket.gethostname()),
+        "hostname": _cap(socket.gethostname()),
+        "node_rank": known("NODE_RANK", res._node_rank),
+        "nnodes": known("NNODES", res._nnodes),
+        "master_addr": _cap(res.master_addr),
+        "master_port": res.master_port,
+        "tf_digest": tf_digest(res),
+        "launcher": _cap(res.launcher),
+        "job": _cap(res.job_id or ""), "step": _cap(res.step_id or ""),
+        "version": __version__,
+        # the port is compared as MASTER_PORT, with where it came from
+        "options": {k: _cap(v) for k, v in sorted(opts.items()) if k != "port"},
+        "sources": {k: _cap(res.sources.get(k, "")) for k in
+                    ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NNODES", "TF_CONFIG")},
+    }
+
+
+#: What every task must agree on with rank 0: (key of facts_of, how the report names it,
+#: the Resolution source that explains it).
+AGREE = (
+    ("world_size", "WORLD_SIZE", "WORLD_SIZE"),
+    ("master_addr", "MASTER_ADDR", "MASTER_ADDR"),
+    ("master_port", "MASTER_PORT", "MASTER_PORT"),
+    ("nnodes", "NNODES", "NNODES"),
+    ("tf_digest", "TF_CONFIG workers", "TF_CONFIG"),
+    ("launcher", "launcher", None),
+    ("job", "job", None),
+    ("step", "step", None),
+    ("version", "slurmenv version", None),
+    ("options", "options", None),
+)

@@ -1,27 +1,19 @@
-"""Rank 0 of the step check: gather every task, decide, and make the decision everyone's.
-
-One listener on the step's own port (every interface), one event loop (``selectors``) through
-three phases:
-
-1. **gather** until every rank 1..N-1 said hello (or as many tasks as the step has), or the
-   timeout from rank 0's start. A task whose link breaks may come back with the same nonce.
-2. **verdict**: rank 0 judges (report.py) and sends it to every task. Not sound: that is the
-   decision, no task starts. Sound: every task must acknowledge it within :data:`ACK_SECONDS`;
-   one that does not, or a task of the step arriving now (a late duplicate), makes it "abort".
-3. **decision**: "go" or "abort" to every task, then rank 0 lingers until each has closed its
-   end (it got the decision) or :data:`LINGER_SECONDS` passed, answering any task that comes
-   back after a broken link with the decision, and any newcomer with "late". Before a go it
-   closes its listener: the port is the training's from then on (torch's store binds it in
-   rank 0, the others connect to it), so a task later than that finds it closed, or held.
-
-Rank 0 starts only on "go". The only split left is a task whose link to rank 0 breaks after
-its acknowledgement and stays broken for the whole linger (docs/step-check.md).
+"""Rank 0 of the step check: gather every task, decide, and make the decision everyone's
+(docs/step-check.md). One listener on the step's own port, one event loop (``selectors``),
+three phases: **gather** until every rank 1..N-1 said hello or the timeout; **verdict** to
+every task (not sound: no task starts; sound: each acknowledges within :data:`ACK_SECONDS`,
+else, or when a task of the step arrives now, "abort"); **decision**, "go" or "abort" to every
+task, then linger until each closed its end or :data:`LINGER_SECONDS` passed, answering a task
+back after a broken link with the decision and a newcomer with "late". Before a go the
+listener closes: the port is the training's from then on. Rank 0 starts only on "go"; the only
+split left is a task whose link breaks after its acknowledgement for the whole linger.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import resource
 import selectors
 import socket
 import time
@@ -107,8 +99,6 @@ def peer_text(peer: Any) -> str:
 def raise_fd_limit(wanted: int) -> tuple[int, int] | None:
     """Raise the soft open-file limit towards ``wanted`` (at most the hard limit): the old
     (soft, hard) to restore, None when nothing changed."""
-    import resource
-
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= wanted:
         return None
@@ -123,19 +113,11 @@ def raise_fd_limit(wanted: int) -> tuple[int, int] | None:
 
 
 def restore_fd_limit(old: tuple[int, int] | None) -> None:
-    if old is not None:
-        import resource
-
-        try:
+    try:
+        if old is not None:
             resource.setrlimit(resource.RLIMIT_NOFILE, old)
-        except (ValueError, OSError):
-            pass
-
-
-def fd_limit() -> int:
-    import resource
-
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ValueError, OSError):
+        pass
 
 
 def listen(port: int, backlog: int) -> socket.socket:
@@ -241,7 +223,7 @@ class Rank0:
                 if exc.errno in (errno.EMFILE, errno.ENFILE):
                     # the open-file limit: stop accepting (no spin on a readable listener)
                     # until a descriptor is freed; those left wait in the kernel's backlog
-                    self.outcome.fd_limit = fd_limit()
+                    self.outcome.fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
                     self.paused = True
                     self._accept(False)
                 return
@@ -469,13 +451,11 @@ class Rank0:
         conn = self.conns.get(arrival.sock) if arrival.sock is not None else None
         if conn is None:
             return
-        rank = int(arrival.facts["rank"])
-        if self.outcome.decision == "go":
-            payload = message("go", self.ident, line=self.final.get(rank, ""))
-        elif self.outcome.verdict:
-            payload = message("abort", self.ident, line=self.final.get(rank, ""))
+        line = self.final.get(int(arrival.facts["rank"]), "")
+        if self.outcome.decision == "go" or self.outcome.verdict:  # go, or abort after a sound one
+            payload = message(str(self.outcome.decision), self.ident, line=line)
         else:
-            payload = message("verdict", self.ident, ok=False, line=self.final.get(rank, ""))
+            payload = message("verdict", self.ident, ok=False, line=line)
         if self._send(conn, payload):
             arrival.told = True
 

@@ -9,8 +9,7 @@ from typing import Any
 
 from ...errors import SlurmEnvError
 from ...resolution import Resolution
-from .facts import AGREE
-from .protocol import one_line
+from .protocol import AGREE, one_line
 from .rank0 import Arrival, Outcome
 
 MAX_SHOWN = 20  # problem lines shown before "... and N more"
@@ -19,16 +18,11 @@ _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")  # a name that may go on 
 
 def ranks_text(ranks: Sequence[int]) -> str:
     """``1-3,7``: sorted ranks as ranges."""
-    out: list[str] = []
-    ordered = sorted(set(ranks))
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(out)
+    from itertools import groupby  # a run of consecutive ranks keeps rank - index
+
+    runs = [[r for _, r in run] for _, run in
+            groupby(enumerate(sorted(set(ranks))), lambda pair: pair[1] - pair[0])]
+    return ",".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
 
 
 def plural(n: int, word: str) -> str:
@@ -243,10 +237,8 @@ def report(res: Resolution, own: Mapping[str, Any], outcome: Outcome,
     ok = outcome.decision == "go" if outcome.decision else not rep.problems
     head = (f"slurmenv step check: {reached} of {rep.world} ranks reached {rep.where} in "
             f"{outcome.seconds:.1f} s")
-    if ok:
-        head += ", all agree"
-    else:
-        head += f"; {plural(len(rep.bad), 'rank')} with problems, the step is not sound"
+    head += ", all agree" if ok else \
+        f"; {plural(len(rep.bad), 'rank')} with problems, the step is not sound"
     problems = rep.problems
     if len(problems) > MAX_SHOWN:
         problems = [*problems[:MAX_SHOWN], f"... and {len(problems) - MAX_SHOWN} more"]
@@ -265,9 +257,6 @@ def report(res: Resolution, own: Mapping[str, Any], outcome: Outcome,
                      "speak the step check: " + "; ".join(outcome.refused))
     missing = any(r not in by_rank for r in range(1, rep.world))
     note = topology_note(environ or {}) if missing else None
-    if note:
-        lines.append(f"  {note}")
     action = exclude_line(rep.nodes) if rep.nodes else None
-    if action:
-        lines.append(f"  {action}")
+    lines += [f"  {extra}" for extra in (note, action) if extra]
     return ok, [one_line(line) for line in lines]

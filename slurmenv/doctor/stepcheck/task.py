@@ -1,12 +1,9 @@
 """A task other than rank 0: reach rank 0, say hello, learn the verdict, acknowledge it, and
-start only on rank 0's "go".
-
-Its clocks: it tries to reach rank 0 for the step's timeout from its own start; once it has,
-it waits for the verdict for the timeout from *that* moment (rank 0's own deadline is earlier,
-so a task early or late by up to the timeout is neither cut off nor left waiting); after its
-acknowledgement it waits for the decision (server.ACK_SECONDS + server.LINGER_SECONDS). A link
-that breaks on the way is tried again, with the same nonce: rank 0 answers with what the task
-missed. A task that cannot learn the decision does not start.
+start only on rank 0's "go". It tries to reach rank 0 for the timeout from its own start, then
+waits for the verdict for the timeout from *that* moment (rank 0's deadline is earlier: a task
+early or late by up to the timeout is neither cut off nor left waiting), then for the decision
+(ACK_SECONDS + LINGER_SECONDS). A broken link is tried again with the same nonce (rank 0 says
+what it missed); a task that cannot learn the decision does not start.
 """
 
 from __future__ import annotations
@@ -29,26 +26,18 @@ def route_text(addr: str, port: int) -> str:
     (the kernel's route, found by connecting a UDP socket: no packet is sent)."""
     try:
         info = socket.getaddrinfo(addr, port, type=socket.SOCK_DGRAM)[0]
-        probe = socket.socket(info[0], socket.SOCK_DGRAM)
-        try:
+        with socket.socket(info[0], socket.SOCK_DGRAM) as probe:
             probe.connect(info[4])
             local = peer_text(probe.getsockname())
-        finally:
-            probe.close()
     except OSError as exc:
         return f"no route ({exc.strerror or exc})"
     return f"{_interface_of(local)} {local}".strip()
 
 
 def _interface_of(address: str) -> str:
-    try:
-        import psutil
-    except ImportError:  # pragma: no cover - a dependency
-        return ""
-    for name, addrs in psutil.net_if_addrs().items():
-        if any(a.address.split("%")[0] == address for a in addrs):
-            return str(name)
-    return ""
+    from ...dump.probe import interfaces
+
+    return next((name for name, addrs in interfaces().items() if address in addrs), "")
 
 
 def why(exc: OSError) -> str:

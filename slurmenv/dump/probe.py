@@ -1,34 +1,69 @@
-"""The facts of this node, the only doctor code that touches the machine: DNS for the master,
-the kernel's route to it, the network interfaces and listening sockets (psutil), the CPUs.
-
-The result is JSON-ready: ``slurmenv dump --probe`` records it and ``doctor --from`` replays
-the checks on it anywhere.
+"""The facts of this node that ``slurmenv doctor`` checks, the only code of the doctor's that
+touches the machine: DNS for the master, the kernel's route to it, the network interfaces and
+listening sockets (psutil), the CPUs. ``slurmenv dump --probe`` records them and
+``doctor --from`` replays the checks on them anywhere, so they live here, below both.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .. import resolve, tfconfig
+from ..errors import SlurmEnvError
 from ..resolution import Resolution
-from .context import FIRST_FACTS, ports_here, resolve_for_doctor
 
 #: Every node fact the probe records: a new one is gathered in :func:`_facts` and named here.
 FACTS = ("hostname", "cpus", "interfaces", "master", "route", "listening", "lightning")
+#: The facts of the first probe (slurmenv 0.1.0), which left out ``master``, ``route`` and
+#: ``listening`` when they did not apply. Every later fact is always written (None when it does
+#: not apply), so a dump without one was recorded before it existed. Never extended.
+FIRST_FACTS = ("hostname", "cpus", "interfaces", "master", "route", "listening")
 
 
-def probe(
-    environ: Mapping[str, str] | None = None,
-    options: Mapping[str, Any] | None = None,
-    res: Resolution | None = None,
-) -> dict[str, Any]:
-    """Look at this node: DNS for the master, the route to it, listening ports, CPUs.
+def resolve_for_doctor(
+    environ: Mapping[str, str], options: Mapping[str, Any]
+) -> tuple[Resolution | None, SlurmEnvError | None]:
+    """Resolve without DNS and without the ephemeral check: doctor makes both itself."""
+    opts = {k: v for k, v in options.items() if v is not None}
+    opts["resolve_addr"] = False
+    try:
+        return resolve(environ, ephemeral_range=None, **opts), None
+    except SlurmEnvError as exc:
+        return None, exc
+    except ValueError as exc:  # a TF_CONFIG set by hand that is not JSON
+        return None, SlurmEnvError(
+            f"TF_CONFIG is set but is not JSON ({exc})", variable="TF_CONFIG",
+            value=environ.get("TF_CONFIG"), fix="unset TF_CONFIG and let slurmenv build it",
+        )
 
-    The result is JSON-ready (``slurmenv dump --probe`` records it). Its keys are ``FACTS``;
-    each fact added after ``context.FIRST_FACTS`` is always there (None when it does not
-    apply), so that a dump without it is known to predate it.
-    """
+
+def ports_here(res: Resolution) -> list[tuple[int, str]]:
+    """The ports this node's tasks will listen on: ``(port, what)``."""
+    try:
+        node_of: Sequence[int] = res.node_of
+        master_here = node_of[0] == res.node_rank
+        ranks = [r for r, n in enumerate(node_of) if n == res.node_rank]
+    except SlurmEnvError:
+        master_here, ranks = res.rank == 0, [res.rank]
+    out = [(res.master_port, "MASTER_PORT, rank 0")] if master_here else []
+    try:
+        addresses = res.tf_addresses
+    except SlurmEnvError:
+        return out
+    for rank in ranks:
+        port = tfconfig.port_of(addresses[rank]) if rank < len(addresses) else None
+        if port is not None:
+            out.append((port, f"TensorFlow, rank {rank}"))
+    return out
+
+
+def probe(environ: Mapping[str, str] | None = None, options: Mapping[str, Any] | None = None,
+          res: Resolution | None = None) -> dict[str, Any]:
+    """This node's facts, JSON-ready, keyed by ``FACTS``: each fact added after
+    ``FIRST_FACTS`` is always there (None when it does not apply)."""
     env = os.environ if environ is None else environ
     if res is None:
         res, _ = resolve_for_doctor(env, options or {})
@@ -40,20 +75,15 @@ def probe(
 
 
 def _facts(res: Resolution | None) -> dict[str, Any]:
-    import socket
-
-    facts: dict[str, Any] = {"hostname": socket.gethostname(), "cpus": _cpus()}
-    facts["interfaces"] = _interfaces()
-    facts["lightning"] = _lightning()
+    facts: dict[str, Any] = {"hostname": socket.gethostname(), "cpus": cpus(),
+                             "interfaces": interfaces(), "lightning": _lightning()}
     if res is None:
         return facts
     facts["master"] = _lookup(res.master_addr)
     addresses = facts["master"]["addresses"]
     if addresses:
         facts["route"] = _route(addresses[0], res.master_port, facts["interfaces"])
-    facts["listening"] = _listening(
-        [port for port, _ in ports_here(res)], res.job_id, res.step_id
-    )
+    facts["listening"] = _listening([port for port, _ in ports_here(res)], res.job_id, res.step_id)
     return facts
 
 
@@ -64,7 +94,7 @@ def _lightning() -> bool:
     return any(importlib.util.find_spec(p) is not None for p in ("lightning", "pytorch_lightning"))
 
 
-def _cpus() -> dict[str, int | None]:
+def cpus() -> dict[str, int | None]:
     try:
         affinity: int | None = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -72,25 +102,17 @@ def _cpus() -> dict[str, int | None]:
     return {"affinity": affinity, "count": os.cpu_count()}
 
 
-def _interfaces() -> dict[str, list[str]]:
-    import socket
-
+def interfaces() -> dict[str, list[str]]:
+    """Each network interface's IP addresses (psutil)."""
     import psutil
 
-    out: dict[str, list[str]] = {}
-    for name, addrs in psutil.net_if_addrs().items():
-        out[name] = [
-            a.address.split("%")[0]
-            for a in addrs
-            if a.family in (socket.AF_INET, socket.AF_INET6)
-        ]
-    return out
+    ip = (socket.AF_INET, socket.AF_INET6)
+    return {name: [a.address.split("%")[0] for a in addrs if a.family in ip]
+            for name, addrs in psutil.net_if_addrs().items()}
 
 
 def _lookup(name: str) -> dict[str, Any]:
     """The addresses ``name`` resolves to on this node (IPv4 first), or the error."""
-    import socket
-
     try:
         infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
     except (OSError, UnicodeError) as exc:  # UnicodeError: a label IDNA refuses (checked
@@ -105,12 +127,8 @@ def _lookup(name: str) -> dict[str, Any]:
 
 
 def _route(address: str, port: int, interfaces: Mapping[str, list[str]]) -> dict[str, Any]:
-    """The local address (and interface) the kernel would use to reach ``address``.
-
-    A UDP ``connect`` picks the route without sending anything.
-    """
-    import socket
-
+    """The local address (and interface) the kernel would use to reach ``address`` (a UDP
+    ``connect`` picks the route without sending anything)."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     try:
         with socket.socket(family, socket.SOCK_DGRAM) as sock:
