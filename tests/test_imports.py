@@ -222,8 +222,8 @@ def test_no_import_cycles() -> None:
 
 
 # -- layers ---------------------------------------------------------------------------------
-COMMANDS = ("slurmenv.commands.show", "slurmenv.commands.torchrun", "slurmenv.doctor.command",
-            "slurmenv.dump.command")
+COMMANDS = ("slurmenv.commands.show", "slurmenv.commands.torchrun", "slurmenv.commands.doctor",
+            "slurmenv.commands.dump")
 
 
 def test_no_module_reaches_back_to_the_command_line() -> None:
@@ -296,16 +296,16 @@ def test_the_doctor_and_dump_packages_keep_their_public_names() -> None:
     # doctor's __init__ loads its checks and command line on first use: every public name
     # is there, and main and probe stay the functions even once their modules are imported.
     code = (
-        "import slurmenv.doctor.command, slurmenv.dump.probe, slurmenv.dump.command\n"
+        "import slurmenv.commands.doctor, slurmenv.dump.probe, slurmenv.commands.dump\n"
         "from slurmenv import doctor, dump\n"
         "from slurmenv.doctor import *\n"
-        "assert callable(doctor.main) and callable(doctor.probe) and callable(dump.main)\n"
-        "assert doctor.main is slurmenv.doctor.command.main\n"
+        "assert callable(doctor.replay) and callable(doctor.probe) and callable(dump.load)\n"
+        "assert doctor.probe is slurmenv.dump.probe.probe\n"
         "assert len(doctor.CHECKS) == len(doctor.diagnose({}).checks) > 5\n"
         "assert set(doctor.__all__) <= set(dir(doctor))\n"
         "for name in ('load', 'collect', 'Dump', 'VARIABLES', 'is_read', 'select', "
-        "'expand_output', 'replay_report', 'same_values', 'differences', 'options_from_args', "
-        "'build_parser', 'main', 'NOT_RECORDED', 'DEFAULT_OUTPUT', 'redact_proxy', 'write_new'):\n"
+        "'expand_output', 'replay_report', 'same_values', 'differences', "
+        "'NOT_RECORDED', 'DEFAULT_OUTPUT', 'redact_proxy', 'write_new'):\n"
         "    assert hasattr(dump, name), name\n"
     )
     env = synth.clean_env(PYTHONPATH=str(ROOT))

@@ -17,9 +17,10 @@ import pytest
 import synth
 
 import slurmenv
-from slurmenv import doctor, dump, options
+from slurmenv import dump, options
+from slurmenv.commands import doctor, show, torchrun
+from slurmenv.commands import dump as dump_command
 from slurmenv.commands import main as cli
-from slurmenv.commands import show, torchrun
 from slurmenv.doctor.context import _PORT_VARIABLES, Context
 from slurmenv.errors import SlurmEnvError
 from slurmenv.options import FLAG, KINDS, TABLE
@@ -134,17 +135,17 @@ def every_flag() -> tuple[list[str], dict[str, object]]:
     return argv, want
 
 
-@pytest.mark.parametrize("module", [show, doctor, dump], ids=["show", "doctor", "dump"])
+@pytest.mark.parametrize("module", [show, doctor, dump_command], ids=["show", "doctor", "dump"])
 def test_show_doctor_dump_take_and_record_every_option(module: ModuleType) -> None:
     argv, want = every_flag()
-    assert dump.options_from_args(module.build_parser().parse_args(argv)) == want
+    assert options.given_in(module.build_parser().parse_args(argv)) == want
 
 
 def test_dump_records_the_options_it_was_given_and_replays_them(tmp_path: Path) -> None:
     env = synth.step_env(["n1", "n2"], [1, 1], 1)
-    args = dump.build_parser().parse_args(["--port-range=20000-30000", "--master-addr=n1"])
+    args = dump_command.build_parser().parse_args(["--port-range=20000-30000", "--master-addr=n1"])
     path = tmp_path / "dump.json"
-    path.write_text(json.dumps(dump.collect(env, options=dump.options_from_args(args))))
+    path.write_text(json.dumps(dump.collect(env, options=options.given_in(args))))
     recorded = dump.load(str(path))
     assert recorded.options == {"port_range": "20000-30000", "master_addr": "n1"}
     res = recorded.resolve()

@@ -166,9 +166,9 @@ COMMANDS = {"export": cmd_export, "exec": cmd_exec, "help": cmd_help}
 # its main(argv), help).
 EXTERNAL = {
     "show": ("slurmenv.commands.show", "every value with the variables it came from"),
-    "doctor": ("slurmenv.doctor.command",
+    "doctor": ("slurmenv.commands.doctor",
                "check this task for what makes training hang; a fix each"),
-    "dump": ("slurmenv.dump.command",
+    "dump": ("slurmenv.commands.dump",
              "write what slurmenv reads here to a file to replay elsewhere"),
     "torchrun": ("slurmenv.commands.torchrun",
                  "run torchrun once per node with its options filled in"),

@@ -283,7 +283,7 @@ def main(argv: Sequence[str]) -> int:
 
             loaded = dump.load(args.from_file)
             environ = loaded.environ
-            res, replayed = loaded.replay(**dump.options_from_args(args))
+            res, replayed = loaded.replay(**options.given_in(args))
             replay = [f"replaying {args.from_file}: task on {loaded.hostname or '?'}",
                       *dump.replay_report(loaded, replayed)]
             diff = dump.differences(loaded.recorded, replayed) if loaded.recorded else None

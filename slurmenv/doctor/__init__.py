@@ -11,7 +11,7 @@ turns an environment, the options and those facts into verdicts without touching
 Layout: ``registry.py`` (one record per check, the ``@check`` decorator), ``context.py``
 (what a check looks at), ``checks.py`` (the print order and the runner), ``checks_*.py`` (the
 checks, by topic), ``libraries.py`` (NCCL/gloo/gRPC rules), ``report.py`` (verdicts, text and
-JSON), ``command.py`` (the command line), ``stepcheck/`` (``doctor --step``).
+JSON), ``stepcheck/`` (``doctor --step``); the command line is ``commands/doctor.py``.
 
 This ``__init__`` imports nothing: each public name loads its module on first use, so the
 step check (``exec --preflight``) loads none of the checks.
@@ -25,8 +25,7 @@ from ..lean import lazy
 #: imported the checks_* modules, which register every check).
 _FROM = {
     "slurmenv.dump.probe": ("ports_here", "probe", "resolve_for_doctor"),
-    ".checks": ("CHECKS", "diagnose"),
-    ".command": ("build_parser", "main", "replay"),
+    ".checks": ("CHECKS", "diagnose", "replay"),
     ".libraries": ("ALL_PROXIES", "GRPC_NO_PROXIES", "GRPC_PROXIES", "OTHER_PROXIES",
                    "gloo_allows", "grpc_exempt", "grpc_proxy", "nccl_allows"),
     ".registry": ("check",),

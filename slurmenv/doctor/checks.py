@@ -7,9 +7,10 @@ resolver's own rules (``gpus``, ``threads``, ``ports``, ``launchers``), never re
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..dump.probe import resolve_for_doctor
+from ..errors import SlurmEnvError
 from . import (  # noqa: F401 - importing them registers their checks
     checks_frameworks,
     checks_network,
@@ -20,6 +21,9 @@ from . import (  # noqa: F401 - importing them registers their checks
 )
 from .context import Context, from_error
 from .report import SKIPPED, Check, Report
+
+if TYPE_CHECKING:
+    from ..dump.replay import Dump
 
 #: The checks in the order of the report (a check's module registers it; this places it).
 ORDER = ("step", "counts", "master-name", "interface", "ports", "enroot", "proxy", "gpus",
@@ -69,3 +73,26 @@ def _run(entry: registry.Entry, ctx: Context) -> Check:
         return Check(name, SKIPPED, f"not checked: it failed on its input ({type(exc).__name__}: "
                      f"{str(exc)[:120]}); unless that input is an edited dump, this is a bug in "
                      f"slurmenv {__version__}: please report it on the slurmenv issue tracker")
+
+
+def _outputs(environ: Mapping[str, str], given: str | None) -> str:
+    """The output set to check; an invalid SLURMENV_FOR is checked as 'all' (the options check
+    reports it)."""
+    from ..options import outputs
+
+    try:
+        return outputs(environ, given)
+    except SlurmEnvError:
+        return "all"
+
+
+def replay(
+    loaded: Dump, options: Mapping[str, Any] | None = None, for_: str | None = None
+) -> Report:
+    """The checks of a dump's task, on its recorded environment, options and node facts
+    (``doctor --from``); ``options`` win over the recorded ones. A check needing a fact the
+    dump predates is skipped, saying so."""
+    merged = {**loaded.replay_options, **(options or {})}
+    with loaded.environment() as env:
+        return diagnose(env, merged, ephemeral=loaded.ephemeral_range, facts=loaded.probe,
+                        for_=_outputs(env, for_), recorded_by=loaded.version)

@@ -10,7 +10,7 @@ what slurmenv resolved there (or its error), which a replay must reproduce; ``pr
 
 Layout: ``allowlist.py`` (what a dump may hold of the environment), ``probe.py`` (the node
 facts), ``capture.py`` (writing one), ``replay.py`` (reading one back, checked, and comparing
-its replay with the recording), ``command.py`` (the command line).
+its replay with the recording); the command line is ``commands/dump.py``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ __getattr__ = lazy(__name__, {name: f".{module}" for module, names in {
     "allowlist": ("VARIABLES", "is_read", "redact_proxy", "select"),
     "capture": ("DEFAULT_OUTPUT", "FILE_LIMIT", "NOT_RECORDED", "collect", "expand_output",
                 "write_new"),
-    "command": ("build_parser", "main", "options_from_args"),
     "replay": ("LOAD_COST_LIMIT", "LOAD_DEPTH_LIMIT", "LOAD_LIMIT", "Dump", "differences",
                "load", "replay_report", "same_values"),
 }.items() for name in names})

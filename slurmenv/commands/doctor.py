@@ -7,10 +7,15 @@ import os
 import shutil
 import sys
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import ports, render, resolve
-from ..commands.console import (
+from ..doctor.checks import _outputs, diagnose, replay
+from ..doctor.report import format_report, to_json, use_colour
+from ..dump.probe import probe, resolve_for_doctor
+from ..errors import SlurmEnvError
+from ..options import given_in
+from .console import (
     add_resolution_options,
     argument_parser,
     fail_closed,
@@ -18,13 +23,6 @@ from ..commands.console import (
     usage_error,
     write_output,
 )
-from ..dump.probe import probe, resolve_for_doctor
-from ..errors import SlurmEnvError
-from .checks import diagnose
-from .report import Report, format_report, to_json, use_colour
-
-if TYPE_CHECKING:
-    from ..dump.replay import Dump
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,32 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _outputs(environ: Mapping[str, str], given: str | None) -> str:
-    """The output set to check; an invalid SLURMENV_FOR is checked as 'all' (the options check
-    reports it)."""
-    from ..options import outputs
-
-    try:
-        return outputs(environ, given)
-    except SlurmEnvError:
-        return "all"
-
-
-def replay(
-    loaded: Dump, options: Mapping[str, Any] | None = None, for_: str | None = None
-) -> Report:
-    """The checks of a dump's task, on its recorded environment, options and node facts
-    (``doctor --from``); ``options`` win over the recorded ones. A check needing a fact the
-    dump predates is skipped, saying so."""
-    merged = {**loaded.replay_options, **(options or {})}
-    with loaded.environment() as env:
-        return diagnose(env, merged, ephemeral=loaded.ephemeral_range, facts=loaded.probe,
-                        for_=_outputs(env, for_), recorded_by=loaded.version)
-
-
 def step(options: Mapping[str, Any], timeout: str | None, from_file: str | None) -> int:
     """``doctor --step``: the step check (slurmenv.doctor.stepcheck) in this task."""
-    from .stepcheck.check import main_for, timeout_from
+    from ..doctor.stepcheck.check import main_for, timeout_from
 
     if from_file:
         usage_error("--step checks a running step: it cannot replay a dump (--from)")
@@ -102,11 +77,10 @@ def step(options: Mapping[str, Any], timeout: str | None, from_file: str | None)
 
 def main(argv: Sequence[str]) -> int:
     """``slurmenv doctor``; returns 1 when any check gives an error, else 0."""
-    from ..dump.command import options_from_args
     from ..dump.replay import load
 
     args = build_parser().parse_args(argv)
-    options = options_from_args(args)
+    options = given_in(args)
     if args.step:
         return step(options, args.step_timeout, args.from_file)
     if args.step_timeout is not None:

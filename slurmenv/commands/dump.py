@@ -8,16 +8,10 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
 
-from ..commands.console import add_resolution_options, argument_parser, write_output
+from ..dump.capture import DEFAULT_OUTPUT, collect, expand_output, write_new
 from ..options import given_in
-from .capture import DEFAULT_OUTPUT, collect, expand_output, write_new
-
-
-def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The resolution options given on the command line (console.add_resolution_options)."""
-    return given_in(args)
+from .console import add_resolution_options, argument_parser, write_output
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str]) -> int:
     """``slurmenv dump``: returns the exit status (0 even when resolution fails: it is recorded)."""
     args = build_parser().parse_args(argv)
-    data = collect(options=options_from_args(args), probe=args.probe)
+    data = collect(options=given_in(args), probe=args.probe)
     text = json.dumps(data, indent=1, sort_keys=False) + "\n"
     if args.output == "-":
         return write_output(text)
