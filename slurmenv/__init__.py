@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
 __all__ = ["OUTPUTS", "Options", "Resolution", "SlurmEnvError", "__version__", "resolve"]
-__version__ = "0.4.0"
+__version__ = "0.5.0"
 
 _AUTO = object()
 
