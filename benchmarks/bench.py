@@ -58,9 +58,9 @@ from install import FreshVenv, Setup, VenvProblem
 
 SIZES = (4, 4096, 100_000)
 GROWTH_FROM = 25_000  # growth exponent measured from here to 100,000 (both beyond the caches)
-# Targets (issue 6): export within 1.25x the floor at 4,096 nodes; resolve() at 100,000 nodes
+# Targets: export within 1.15x the floor at 4,096 nodes (issue 34; issue 6 asked 1.25x); resolve() at 100,000 nodes
 # under 0.5 s; growth no worse than linear in the node count.
-TARGET_RATIO = 1.25
+TARGET_RATIO = 1.15
 TARGET_RATIO_NODES = startup.TARGET_RATIO_NODES
 TARGET_RESOLVE_S = 0.5
 MAX_EXPONENT = 1.2  # "linear", with room for noise
