@@ -64,6 +64,17 @@ def test_an_atexit_handler_gets_the_ordinary_teardown() -> None:
     assert "handler ran" in out.stderr and "teardown ran" in out.stderr
 
 
+def test_atexit_is_looked_at_only_once_imported() -> None:
+    # a handler needs the atexit module: when no one imported it, there is none, and ending
+    # does not import it (export's path would pay for it); imported without a handler, the
+    # teardown is skipped all the same (a handler registered: the test above)
+    out = ending("import slurmenv.commands.console as c\n"
+                 "print(c._needs_teardown(), 'atexit' in sys.modules)\n"
+                 "import atexit\nprint(c._needs_teardown())\nend(0)")
+    assert (out.returncode, out.stdout) == (0, "False False\nFalse\n")
+    assert "teardown ran" not in out.stderr
+
+
 def test_a_running_thread_is_waited_for() -> None:
     out = ending("import threading, time\n"
                  "threading.Thread(target=lambda: (time.sleep(0.3), os.write(1, b'thread done'))"

@@ -232,11 +232,13 @@ def _needs_teardown() -> bool:
     which reports after the command returns)."""
     if sys.gettrace() is not None or sys.getprofile() is not None:
         return True
-    import atexit
-
-    ncallbacks = getattr(atexit, "_ncallbacks", None)  # CPython's; elsewhere: assume some
-    if ncallbacks is None or ncallbacks():
-        return True
+    # A handler is registered through the atexit module: when no one imported it, there is
+    # none (and export's path does not pay for importing it).
+    atexit = sys.modules.get("atexit")
+    if atexit is not None:
+        ncallbacks = getattr(atexit, "_ncallbacks", None)  # CPython's; elsewhere: assume some
+        if ncallbacks is None or ncallbacks():
+            return True
     threading = sys.modules.get("threading")
     return threading is not None and threading.active_count() > 1
 
