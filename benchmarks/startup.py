@@ -355,11 +355,90 @@ def where_the_time_goes(
             avoided_runs[what].append(float(out.stdout))
     avoided = [[what.format(list=listed), f"{statistics.median(avoided_runs[what]) * 1000:.2f} ms"]
                for what, _, _ in AVOIDED]
+    machinery = import_machinery(venv, workdir, env, [n for n in medians if n.startswith("slurmenv")],
+                                 runs)
     notes = [(
         f"¹ imported on first use, not by `import slurmenv.commands.main`: {', '.join(on_first_use)}. "
         "Import times are self times (a module's own loading and top-level code, not the "
         f"modules it imports) from `python -X importtime`, median of {runs} runs of "
         f"`slurmenv export` at {nodes:,} nodes; modules `python -c \"import re\"` also "
         "imports are left out. `-X importtime` adds a little to each."
-    )]
+    ), machinery]
     return modules, phases, avoided, notes
+
+
+# Writes (to argv[1]) the code of the modules named after it, in that order (the order they
+# finished importing in export, so that each one's imports ran before it), as one marshal blob.
+BLOB = """\
+import importlib.util, marshal, sys
+codes = []
+for name in sys.argv[2:]:
+    spec = importlib.util.find_spec(name)
+    with open(spec.origin, encoding="utf-8") as source:
+        code = compile(source.read(), spec.origin, "exec")
+    codes.append((name, spec.submodule_search_locations is not None, spec.origin, code))
+with open(sys.argv[1], "wb") as out:
+    marshal.dump(codes, out)
+"""
+# Loads such a blob: a module object each, their code run in order; no finder, no loader.
+FROM_BLOB = """\
+import marshal, types
+with open({blob!r}, "rb") as f:
+    codes = marshal.loads(f.read())  # marshal.load(f) reads object by object: slower
+for name, is_package, origin, code in codes:
+    module = types.ModuleType(name)
+    module.__file__ = origin
+    module.__package__ = name if is_package else name.rpartition(".")[0]
+    if is_package:
+        module.__path__ = [origin.rpartition("/")[0]]
+    sys.modules[name] = module
+for name, _, _, _ in codes:
+    parent, _, child = name.rpartition(".")
+    if parent:
+        setattr(sys.modules[parent], child, sys.modules[name])
+for name, _, _, code in codes:
+    exec(code, sys.modules[name].__dict__)
+"""
+
+
+def import_machinery(venv: Install, workdir: Path, env: dict[str, str], names: list[str],
+                     runs: int) -> str:
+    """A note: what the number of modules on export's path costs. Whole processes, side by
+    side with the floor: ``slurmenv export``; the same command with the code of its slurmenv
+    modules loaded from one file, with no finder or loader (the most that merging every
+    module of the path into one could give); and as many empty modules of a package."""
+    py = venv.python()
+    blob = workdir / "path.blob"
+    out = run([*py, "-c", BLOB, str(blob), *names], env)
+    if out.returncode != 0:
+        raise WrongAnswer(f"cannot write export's modules as one blob: {out.stderr[-500:]}")
+    merged = ("import re, sys\n" + FROM_BLOB.format(blob=str(blob))
+              + "from slurmenv.commands.main import entry_point\n"
+              "sys.argv = ['slurmenv', 'export']\nentry_point()\n")
+    if run([*py, "-c", merged], env).stdout != run(venv.export(), env).stdout:
+        raise WrongAnswer("export with its modules loaded from one blob writes other lines")
+    empty = workdir / "emptymods"
+    empty.mkdir(exist_ok=True)
+    (empty / "__init__.py").write_text("")
+    for i in range(len(names) - 1):
+        (empty / f"m{i}.py").write_text("")
+    run([*py, "-m", "compileall", "-q", str(empty)], env)
+    imports = "".join(f"; import emptymods.m{i}" for i in range(len(names) - 1))
+    commands = {
+        FLOOR: [*py, "-c", "import re"],
+        "export": venv.export(),
+        "merged": [*py, "-c", merged],
+        "empty": [*py, "-c", (f"import re, sys; sys.path.insert(0, {str(workdir)!r}); "
+                              f"import emptymods{imports}")],
+    }
+    rounds = max(10, 2 * runs)
+    times = alternate(commands, env, rounds, 2)
+    ratio = {name: paired_ratio(times, name, FLOOR) for name in commands}
+    added = statistics.median(b - a for a, b in zip(times[FLOOR], times["empty"])) * 1000
+    return (f"What the number of modules costs: with the code of its {len(names)} slurmenv "
+            f"modules loaded from one file, with no finder or loader (the most that merging "
+            f"every module of its path into one could give), `slurmenv export` is "
+            f"{ratio['merged']:.2f}× `python -c \"import re\"`, against {ratio['export']:.2f}× "
+            f"as installed, in the same rounds; {len(names)} empty modules of a package add "
+            f"{added:.2f} ms to the floor (whole processes side by side, median of {rounds} "
+            f"rounds).")
