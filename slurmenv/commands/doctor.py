@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import ports, render, resolve
-from ..doctor.checks import _outputs, diagnose, replay
+from ..doctor.checks import diagnose, outputs_to_check, replay
 from ..doctor.report import format_report, to_json, use_colour
 from ..dump.probe import probe, resolve_for_doctor
 from ..errors import SlurmEnvError
@@ -98,7 +98,7 @@ def main(argv: Sequence[str]) -> int:
         res, _ = resolve_for_doctor(os.environ, options)
         facts = probe(os.environ, options, res)
         report = diagnose(os.environ, options, ephemeral=ports.ephemeral_range(), facts=facts,
-                          for_=_outputs(os.environ, args.for_))
+                          for_=outputs_to_check(os.environ, args.for_))
     status = 1 if report.errors else 0
     if args.export_ifname:
         if report.errors or report.warnings:  # silent when all is well: it runs in every task

@@ -75,7 +75,7 @@ def _run(entry: registry.Entry, ctx: Context) -> Check:
                      f"slurmenv {__version__}: please report it on the slurmenv issue tracker")
 
 
-def _outputs(environ: Mapping[str, str], given: str | None) -> str:
+def outputs_to_check(environ: Mapping[str, str], given: str | None) -> str:
     """The output set to check; an invalid SLURMENV_FOR is checked as 'all' (the options check
     reports it)."""
     from ..options import outputs
@@ -95,4 +95,4 @@ def replay(
     merged = {**loaded.replay_options, **(options or {})}
     with loaded.environment() as env:
         return diagnose(env, merged, ephemeral=loaded.ephemeral_range, facts=loaded.probe,
-                        for_=_outputs(env, for_), recorded_by=loaded.version)
+                        for_=outputs_to_check(env, for_), recorded_by=loaded.version)
