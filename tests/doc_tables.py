@@ -78,7 +78,8 @@ OTHER_VARIABLES = {
                     "told",
     "SLURMENV_STEP_TIMEOUT": "seconds the step check (`doctor --step`, `exec --preflight`) waits "
                              "for the other tasks (`--step-timeout`)",
-    "SLURMENV_DEBUG": "`1`: an unexpected error prints its traceback too (any command)",
+    "SLURMENV_DEBUG": "`1`: an unexpected error prints its traceback too (any `slurmenv` "
+                      "command; not the task prolog)",
     "SLURMENV": "`1` opts a job in to the site-wide task prolog, `slurmenv-site-prolog` "
                 "(docs/task-prolog.md); read by the prolog only",
     "SLURMENV_SET_BY": "written, not read from you: the task prolog marks the variables it set "
