@@ -257,6 +257,23 @@ def test_options_given_to_dump_are_replayed(tmp_path: pathlib.Path) -> None:
     assert loaded.resolve(port=24000).master_port == 24000  # the command line wins
 
 
+@pytest.mark.parametrize("argv", [["--for", "torch"], ["--for=tf"], ["--for"]])
+def test_dump_refuses_for_and_never_reads_it_as_force(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+) -> None:
+    # a dump records every output; --for (argparse would take it for --force once it was no
+    # option of dump's) is refused, the existing file kept, and the replay named
+    use_env(monkeypatch, synth.step_env(HOSTS, [2, 2, 2, 2], 0))
+    target = tmp_path / "kept.json"
+    target.write_text("before")
+    with pytest.raises(SystemExit) as exc:
+        main(["dump", "-o", str(target), *argv])
+    assert exc.value.code == 2 and target.read_text() == "before"
+    err = capsys.readouterr().err
+    assert ("--from FILE --for" in err) if argv != ["--for"] else ("expected one argument" in err)
+
+
 @pytest.mark.parametrize("content, message", [
     ("not json", "not JSON"),
     ('{"environ": {}}', "not a slurmenv dump"),

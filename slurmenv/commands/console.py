@@ -32,10 +32,17 @@ if TYPE_CHECKING:
     from ..resolution import Resolution
 
 
-def add_resolution_options(parser: argparse.ArgumentParser) -> None:
-    """The options every resolving command takes (the options table, and --for)."""
+def add_resolution_options(parser: argparse.ArgumentParser, outputs: bool = True) -> None:
+    """The options every resolving command takes (the options table, and --for). With
+    ``outputs`` False (a command that records every output, as ``dump`` does), ``--for`` is
+    still parsed, so that argparse never reads it as an abbreviation (``--force``), but left
+    out of the help: the command refuses it."""
+    import argparse
+
+    name, spec = options.FOR
+    for_ = options.FOR if outputs else (name, {**spec, "help": argparse.SUPPRESS})
     group = parser.add_argument_group("resolution options (also SLURMENV_* variables)")
-    options.add_arguments(group, [*options.arguments(), options.FOR])
+    options.add_arguments(group, [*options.arguments(), for_])
 
 
 def argument_parser(**kwargs: object) -> argparse.ArgumentParser:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from ..dump.capture import DEFAULT_OUTPUT, collect, expand_output, write_new
 from ..options import given_in
-from .console import add_resolution_options, argument_parser, write_output
+from .console import add_resolution_options, argument_parser, usage_error, write_output
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,13 +29,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--probe", action="store_true",
                         help="also record the node facts doctor checks (DNS answer for the "
                         "master, interfaces, listening ports, CPUs): one DNS lookup per task")
-    add_resolution_options(parser)
+    add_resolution_options(parser, outputs=False)  # --for is refused (main)
     return parser
 
 
 def main(argv: Sequence[str]) -> int:
     """``slurmenv dump``: returns the exit status (0 even when resolution fails: it is recorded)."""
     args = build_parser().parse_args(argv)
+    if args.for_:  # a dump records every output (or why one is refused): the replay chooses
+        usage_error("dump records every output: give --for to the replay instead "
+                    "(slurmenv show --from FILE --for ..., slurmenv doctor --from FILE --for ...)")
     data = collect(options=given_in(args), probe=args.probe)
     text = json.dumps(data, indent=1, sort_keys=False) + "\n"
     if args.output == "-":
