@@ -37,6 +37,7 @@ dist.all_gather(gathered, weights)
 same = all(torch.equal(weights, other) for other in gathered)
 print(f"rank {rank}/{world} on {os.uname().nodename}: loss {loss.item():.4f}, "
       f"weights {'identical on every rank' if same else 'DIFFER'}", flush=True)
+dist.barrier()  # no rank tears its group down while another still talks to it
 dist.destroy_process_group()
 if not same:
     raise SystemExit(1)
