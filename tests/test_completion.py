@@ -34,6 +34,13 @@ TABLE_FLAGS = sorted({*(row.flag for row in options.TABLE),
                       *(options.negative_flag(row) for row in options.TABLE if row.negative),
                       options.FOR[0]})
 RESOLVING = ("export", "exec", "show", "doctor", "dump")
+#: What a resolving command parses only to refuse it, hidden from its help: never offered.
+REFUSED = {"dump": {options.FOR[0]}}  # a dump records every output (test_dump.py)
+
+
+def offered(command: str) -> list[str]:
+    """The table's flags (and --for) that ``command`` completes."""
+    return [flag for flag in TABLE_FLAGS if flag not in REFUSED.get(command, set())]
 TORCHRUN_FLAGS = sorted(row.flag for row in options.TABLE if row.torchrun)
 COMMANDS = {"export", "exec", "show", "doctor", "dump", "torchrun", "completion", "help"}
 
@@ -204,8 +211,10 @@ def test_every_option_of_the_table(shell, command: str) -> None:
     """Every flag of the options table (and --for) is offered by every resolving command: the
     scripts are made from the parsers, which are made from the table."""
     found = set(shell("slurmenv", command, "--"))
-    missing = [flag for flag in TABLE_FLAGS if flag not in found]
+    missing = [flag for flag in offered(command) if flag not in found]
     assert missing == [], f"{shell.name}: {command} does not complete {missing}"
+    refused = REFUSED.get(command, set()) & found
+    assert not refused, f"{shell.name}: {command} offers {refused}, which it refuses"
 
 
 def test_torchrun_options(shell) -> None:
@@ -259,7 +268,7 @@ def test_script_is_the_parsers(tmp_path: Path) -> None:
     assert set(cmds) == COMMANDS
     for name in RESOLVING:
         flags = {n for o in cmds[name].options for n in o.names}
-        assert set(TABLE_FLAGS) <= flags, name
+        assert set(offered(name)) <= flags and not flags & REFUSED.get(name, set()), name
     for shell_name in ("bash", "zsh", "fish"):
         text = script(shell_name)
         for flag in TABLE_FLAGS:

@@ -67,10 +67,12 @@ def _opt(names: Sequence[str], keywords: dict[str, object]) -> Opt:
 
 def _parser_options(parser: argparse.ArgumentParser) -> tuple[Opt, ...]:
     """The options of an argparse parser (positionals left out): argparse's list of actions,
-    public in all but name; a flag (store_true, help, version) takes ``nargs=0``."""
+    public in all but name; a flag (store_true, help, version) takes ``nargs=0``. An option
+    hidden from the help (``argparse.SUPPRESS``: parsed only to be refused, as dump's
+    ``--for``) is not offered either."""
     return tuple(_opt(a.option_strings, {"nargs": a.nargs, "choices": a.choices,
                                          "metavar": a.metavar, "help": a.help})
-                 for a in parser._actions if a.option_strings)
+                 for a in parser._actions if a.option_strings and a.help != argparse.SUPPRESS)
 
 
 def build_parser() -> argparse.ArgumentParser:
