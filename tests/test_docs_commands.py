@@ -197,8 +197,11 @@ def test_the_command_line_check_sees_a_wrong_option() -> None:
 # A page may quote a fail-open form as what not to do only in a paragraph (a table row, a list
 # item) or on a code line (its comment) that says it "fails open".
 MARKED = re.compile(r"\bfail(?:s|ing)? open\b", re.IGNORECASE)
-EVAL_DIRECT = re.compile(r"\beval\s+(?:\"?\$\(|`|\()\s*slurmenv(?:-[\w-]+)?\b([^)`]*)")
-SUBSTITUTION = re.compile(r"\$\(\s*slurmenv(?:-[\w-]+)?\b([^)]*)\)")
+#: slurmenv as a command: by name, by a path, or as ``python -m slurmenv``
+COMMAND = r"(?:python[\d.]*\s+-m\s+|[\w.~/-]*/)?slurmenv(?:-[\w-]+)?\b"
+EVAL_DIRECT = re.compile(r"\b(?:eval\s+(?:\"?\$\(|`|\()|(?:\.|source)\s+<\()\s*" + COMMAND
+                         + r"([^)`]*)")
+SUBSTITUTION = re.compile(r"\$\(\s*" + COMMAND + r"([^)]*)\)")
 TAKEN_FIRST = re.compile(r"\b[A-Za-z_]\w*=\"?$")
 CHECKED_AFTER = re.compile(r"^\"?\s*(?:&&|\|\|\s*exit\b)")
 #: a command that starts the training (or the user's program) after srun's options
@@ -354,27 +357,29 @@ def text_findings(texts: dict[str, str]) -> list[str]:
 
 @pytest.mark.parametrize("page", all_pages(), ids=lambda p: p.relative_to(docs.ROOT).as_posix())
 def test_no_page_shows_a_form_that_fails_open(page) -> None:  # type: ignore[no-untyped-def]
-    assert [f for f in page_findings(page) if f not in PENDING_FINDINGS] == []
+    assert [f for f in page_findings(page) if unnumbered(f) not in PENDING_FINDINGS] == []
+
+
+def unnumbered(finding: str) -> str:
+    """A finding without its line number (``page: form``): pending ones survive edits above."""
+    return re.sub(r"^([^:]+):\d+: ", r"\1: ", finding)
 
 
 #: Findings on pages another branch owns (docs/testing.md, docs/releases.md record the commands
 #: the real-cluster tests run, which still use the one-liner): their owners rewrite them, and
 #: the lead empties this at the merge (test_pending_findings_are_still_there says when).
 PENDING_FINDINGS: set[str] = {
-    "docs/releases.md:34: eval $(slurmenv export",
-    "docs/testing.md:253: eval $(slurmenv export",
-    "docs/testing.md:253: srun … bash -c 'eval $(slurmenv export); exec python check.py'",
-    "docs/testing.md:255: srun slurmenv exec -- python check.py",
-    "docs/testing.md:255: srun bin/slurmenv-exec python3 check.py",
-    "docs/testing.md:256: eval $(slurmenv export",
-    "docs/testing.md:286: eval $(slurmenv export",
-    "docs/testing.md:286: srun slurmenv exec -- ...",
-    "docs/testing.md:292: eval $(slurmenv export",
+    "docs/releases.md: eval $(slurmenv export",
+    "docs/testing.md: eval $(slurmenv export",
+    "docs/testing.md: srun … bash -c 'eval $(slurmenv export); exec python check.py'",
+    "docs/testing.md: srun slurmenv exec -- python check.py",
+    "docs/testing.md: srun bin/slurmenv-exec python3 check.py",
+    "docs/testing.md: srun slurmenv exec -- ...",
 }
 
 
 def test_pending_findings_are_still_there() -> None:
-    found = {f for page in all_pages() for f in page_findings(page)}
+    found = {unnumbered(f) for page in all_pages() for f in page_findings(page)}
     assert PENDING_FINDINGS - found == set(), "fixed: remove them from PENDING_FINDINGS"
 
 
@@ -400,8 +405,11 @@ def test_the_fail_open_check_sees_the_old_forms() -> None:
         "eval `slurmenv export --shell tcsh`; python train.py",
         "eval (slurmenv export --shell fish); python train.py",
         "srun -K sh -c 'MASTER_ADDR=$(slurmenv show --master-addr) python train.py'",
+        "srun -K bash -c 'source <(slurmenv export); exec python train.py'",
+        "srun -K bash -c 'eval \"$(~/venvs/t/bin/slurmenv export)\" && python train.py'",
+        "srun -K sh -c 'eval $(python3 -m slurmenv export); python train.py'",
     ]
-    assert [len(fail_open(text)) for text in old] == [1, 1, 1, 1, 1]
+    assert [len(fail_open(text)) for text in old] == [1] * len(old)
     closed = [
         "srun -K sh -c 'env=$(slurmenv export) && eval \"$env\" && exec python train.py'",
         "vars=$(slurmenv export --for torch) && eval \"$vars\" || exit 1",
