@@ -40,11 +40,13 @@ ENV = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH'
 def run(
     cluster: SlurmCluster, args: list[str], program: str, exported: bool = False
 ) -> dict[int, dict[str, Any]]:
-    """Every task's JSON line; ``exported``: the documented ``env=$(slurmenv export) && eval "$env"`` first."""
+    """Every task's JSON line, from ``srun -K``; ``exported``: the documented
+    ``env=$(slurmenv export) && eval "$env"`` first."""
     command = ["python3", str(PROGRAMS / program)]
     if exported:
-        command = ["bash", "-c", f'env=$(slurmenv export) && eval "$env" && exec python {PROGRAMS / program}']
-    res = cluster.srun(args, command, env=ENV, timeout=TIMEOUT)
+        command = ["bash", "-c",
+                   f'env=$(slurmenv export) && eval "$env" && exec python {PROGRAMS / program}']
+    res = cluster.srun(["--kill-on-bad-exit=1", *args], command, env=ENV, timeout=TIMEOUT)
     assert res.returncode == 0, f"{res.stdout}\n{res.stderr[-3000:]}"
     out = {}
     for task, lines in res.per_task.items():
