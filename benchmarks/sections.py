@@ -42,7 +42,7 @@ IN_PROCESS = Section(2, "In process (median of {calls} calls; {few} at {growth:,
 RIVALS = Section(2, "Rank 0 of an mpirun: the look for rival launches (median of {calls} calls)",
                  (("processes on the node", "resolve() without looking", "resolve()",
                    "the look", "per process"),))
-STEP_CHECK = Section(2, "The step check against the number of ranks (`srun slurmenv exec "
+STEP_CHECK = Section(2, "The step check against the number of ranks (`srun -K slurmenv exec "
                         "--preflight`)",
                      (("ranks", "nodes", "srun slurmenv exec -- true",
                        "... exec --preflight -- true", "the check adds", "rank 0's figure"),))

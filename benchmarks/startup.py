@@ -186,8 +186,8 @@ def processes(
             commands["slurmenv export --for torch"] = install.export("--for", "torch")
         if full:
             export = install.export(*(("--for", "torch") if big else ()))
-            commands["sh -c 'eval $(slurmenv export)'"] = [
-                "sh", "-c", 'eval $("$@")', "sh", *export]
+            commands["sh -c 'env=$(slurmenv export) && eval \"$env\"'"] = [
+                "sh", "-c", 'env=$("$@") && eval "$env"', "sh", *export]
         if unavoidable is not None and not big:
             commands[UNAVOIDABLE_NAME] = [*py, str(unavoidable)]
         recipe_env = env

@@ -15,6 +15,16 @@ torch's side: a ``TCPStore(..., is_master=True, wait_for_workers=True)`` process
 the moment every worker has joined, and its peak memory (torch's import included), with the
 clients as threads in worker processes started first.
 
+Both sides run under the same conditions, one side at a time: every client process of either
+side, and torch's master, start with the soft open-file limit at the hard limit, which is the
+most slurmenv's rank 0 raises its own to (torch does not raise it: under a soft limit of 1,024
+its master cannot accept more connections than that). And, where this process may (root,
+``unshare`` and ``ip``), each side runs in a network namespace of its own with only loopback
+up: torch's client names its socket with a reverse lookup of ``0.0.0.0`` (``getnameinfo``, for
+a log line), which on a machine whose DNS server does not answer waits up to 5 s per client;
+that, not torch's store, was the 106 s once printed here for 1,000 clients. slurmenv looks
+nothing up.
+
     python benchmarks/step_check_scale.py [--short] [--sizes 1000,4000]
 """
 
@@ -22,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import re
@@ -42,9 +53,8 @@ import loopback
 
 SIZES = (1000, 4000, 10000)
 SHORT_SIZES = (200,)
-#: torch's side: at 4,000 clients its store had not gathered them after 3 minutes here (its
-#: master idle: the clients' connections retried), so by default only 1,000; none when short
-TORCH_SIZES = (1000,)
+#: torch's side at every size (none when short)
+TORCH_SIZES = SIZES
 PER_NODE = 8
 WORKERS = 4
 SOFT_LIMIT = 1024  # the common default: rank 0 raises it
@@ -108,6 +118,16 @@ def worker(world: int, port: int, first: int, step: int) -> int:
     results = asyncio.run(all_tasks())
     print(f"{sum(results)} of {len(results)} started", flush=True)
     return 0 if all(results) else 1
+
+
+def _at_hard_limit() -> None:
+    """This process's soft open-file limit at the hard limit, which every client process of
+    both sides and torch's master inherit (slurmenv's rank 0 starts at SOFT_LIMIT and raises
+    its own, up to the same hard limit)."""
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def _workers(argv: Sequence[str], count: int) -> list[subprocess.Popen[str]]:
@@ -209,7 +229,8 @@ def bench_torch(world: int) -> tuple[float, float, float] | None:
     code = {"port": port, "world": world}
     workers = [subprocess.Popen([sys.executable, "-c", TORCH_WORKER.format(**code), str(i),
                                  str(count)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True) for i in range(count)]
+                                stderr=subprocess.PIPE, text=True)
+               for i in range(count)]
     with tempfile.TemporaryDirectory() as tmp:
         master = subprocess.Popen(_timed([sys.executable, "-c", TORCH_MASTER.format(**code)],
                                          Path(tmp, "rss")), stdin=subprocess.PIPE,
@@ -230,15 +251,42 @@ def bench_torch(world: int) -> tuple[float, float, float] | None:
     return float(out.split()[0]), float(out.split()[1]), mib
 
 
+@functools.cache
+def _namespaced() -> bool:
+    """Whether a side can run in a network namespace of its own (loopback only)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None:
+        return False
+    return subprocess.run(["unshare", "--net", "--", "ip", "link", "set", "lo", "up"],
+                          capture_output=True, check=False).returncode == 0
+
+
+def side(name: str, world: int) -> tuple[float, ...] | None:
+    """One side's figures (bench_slurmenv's or bench_torch's), in a network namespace of its
+    own when this process may make one (see the module's docstring), else here."""
+    if not _namespaced():
+        return bench_slurmenv(world) if name == "slurmenv" else bench_torch(world)
+    proc = subprocess.run(["unshare", "--net", "--", "sh", "-c", 'ip link set lo up && exec "$@"',
+                           "sh", sys.executable, __file__, "--side", name, str(world)],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise WrongAnswer(f"the {name} side of {world}: exit {proc.returncode}: "
+                          f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    figures = json.loads(proc.stdout.splitlines()[-1])
+    return None if figures is None else tuple(figures)
+
+
 def run(short: bool, sizes: Sequence[int] | None = None,
         torch_sizes: Sequence[int] | None = None) -> tuple[list[list[str]], list[str]]:
     """The rows (and notes); torch's side for ``torch_sizes`` only (default TORCH_SIZES)."""
     if torch_sizes is None:
         torch_sizes = () if short else TORCH_SIZES
+    _at_hard_limit()
     rows = []
     for world in sizes or (SHORT_SIZES if short else SIZES):
-        elapsed, gathered, cpu, mib = bench_slurmenv(world)
-        theirs = bench_torch(world) if world in torch_sizes else None
+        ours = side("slurmenv", world)
+        assert ours is not None
+        elapsed, gathered, cpu, mib = ours
+        theirs = side("torch", world) if world in torch_sizes else None
         rows.append([f"{world:,}", f"{elapsed:.2f} s", f"{gathered:.1f} s", f"{cpu:.2f} s",
                      f"{mib:.0f} MiB",
                      *([f"{theirs[0]:.2f} s", f"{theirs[1]:.2f} s", f"{theirs[2]:.0f} MiB"]
@@ -249,7 +297,12 @@ def run(short: bool, sizes: Sequence[int] | None = None,
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     notes = [(f"One run per size on this machine ({os.cpu_count()} CPUs), loopback, "
               f"{PER_NODE} tasks per node; rank 0 started with a soft open-file limit of "
-              f"{SOFT_LIMIT} (hard {hard}) and raised it itself. The other tasks are asyncio "
+              f"{SOFT_LIMIT} (hard {hard}) and raised it itself; torch's master and every "
+              f"client process of both sides started with the soft limit at the hard limit "
+              f"({hard}), so both sides run under the same limits, one side at a time"
+              + (", each in a network namespace of its own (loopback only: no name lookup "
+                 "waits on a DNS server)" if _namespaced() else "") + ". The other tasks are "
+              f"asyncio "
               f"clients in {WORKERS} processes started first; torch's clients are TCPStore "
               "objects in threads of as many processes, each joining then adding 1 to a "
               "counter the master polls. slurmenv's figures are rank 0's whole process "
@@ -257,7 +310,8 @@ def run(short: bool, sizes: Sequence[int] | None = None,
               "its exit after every task's go; torch's start when the clients are told to join "
               "(the store already listening) and end when the counter is full; its memory "
               "includes `import torch`. Every process shares this machine's CPUs, so the wall "
-              "times follow the clients' load; the CPU times are rank 0's own.")]
+              "times follow the clients' load and whatever else runs on the machine; the CPU "
+              "times are rank 0's own.")]
     return rows, notes
 
 
@@ -266,10 +320,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args and args[0] == "--worker":
         world, port, first, step = map(int, args[1:5])
         return worker(world, port, first, step)
+    if args and args[0] == "--side":
+        name, world = args[1], int(args[2])
+        _at_hard_limit()
+        figures = bench_slurmenv(world) if name == "slurmenv" else bench_torch(world)
+        print(json.dumps(figures))
+        return 0
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--short", action="store_true", help="200 tasks only")
     parser.add_argument("--sizes", help="comma-separated task counts")
-    parser.add_argument("--torch-sizes", help="the sizes torch's side runs at (default 1000)")
+    parser.add_argument("--torch-sizes", help="the sizes torch's side runs at (default: all)")
     parsed = parser.parse_args(args)
     sizes = [int(s) for s in parsed.sizes.split(",")] if parsed.sizes else None
     torch_sizes = [int(s) for s in parsed.torch_sizes.split(",")] if parsed.torch_sizes \

@@ -5,7 +5,8 @@
 >>> r.rank, r.world_size, r.master_addr, r.master_port
 >>> r.apply()                       # set RANK, ..., TF_CONFIG in os.environ (keeps user values)
 
-Command line: ``srun bash -c 'eval $(slurmenv export); python train.py'``.
+Command line: ``srun -K slurmenv exec -- python train.py`` (it starts nothing when slurmenv
+refuses or is missing on the node; docs/README.md lists the pages).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ _classes: dict[tuple[str, ...], type] = {}
 _EVEN_FIX = (
     "start the same number of tasks on every node (srun -N{nnodes} --ntasks-per-node=K): "
     "Lightning needs devices x num_nodes = world size; plain torch.distributed or Accelerate "
-    "with 'eval $(slurmenv export)' take any layout"
+    "under 'slurmenv exec' take any layout"
 )
 
 

@@ -82,8 +82,8 @@ FIND = "find"
 SCRUBBED_FIX = (
     "keep the Slurm variables where slurmenv runs (apptainer exec without --cleanenv/"
     "--containall, no env -i), or evaluate slurmenv before scrubbing and pass its variables in: "
-    "srun bash -c 'eval $(slurmenv export); apptainer exec --cleanenv --env RANK=$RANK,... "
-    "IMAGE python train.py' (or APPTAINERENV_* variables)")
+    "srun -K sh -c 'env=$(slurmenv export) && eval \"$env\" && exec apptainer exec --cleanenv "
+    "--env RANK=$RANK,... IMAGE python train.py' (or APPTAINERENV_* variables)")
 
 
 def resolve(environ: Mapping[str, str], options: Options, ephemeral: tuple[int, int] | None,
@@ -161,6 +161,11 @@ def derive(task: Task, environ: Mapping[str, str], options: Options,
             f"MASTER_ADDR={inherited_addr} was already set (inherited); replaced by this task's "
             f"{master_addr}: MASTER_ADDR describes the step")
     plan = port_plan(task, environ, options, ephemeral)
+    if plan.variable == "MASTER_PORT" and "MASTER_PORT" not in task.fixed:
+        notes.append(
+            f"MASTER_PORT={plan.master} was already set (inherited): kept as your choice, not "
+            "derived for this step; a step of this job running at the same time with its rank 0 "
+            "on the same node would take the same port (unset it to get one per step)")
     topology = task.topology
     topology.use(plan, address_of(options, environ), ephemeral)
     sources = dict(task.sources)

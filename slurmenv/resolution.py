@@ -303,8 +303,8 @@ class Resolution:
 
 # -- torchrun's options for this node (export --for torchrun, slurmenv torchrun) -------------
 ONE_PER_NODE_FIX = (
-    "start one task per node, e.g. srun --ntasks-per-node=1 -n \"$SLURM_JOB_NUM_NODES\" slurmenv "
-    "torchrun train.py (-n as well: in a job of several tasks per node srun takes the job's task "
+    "start one task per node, e.g. srun -K --ntasks-per-node=1 -n \"$SLURM_JOB_NUM_NODES\" "
+    "slurmenv torchrun train.py (-n as well: in a job of several tasks per node srun takes the job's task "
     "count): torchrun starts the node's processes itself (--nproc-per-node sets how many)")
 
 

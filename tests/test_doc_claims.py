@@ -133,8 +133,6 @@ def test_the_exceptions_testing_md_names_are_the_harness_configuration() -> None
 # -- every exit status a page states is held by a test ---------------------------------------
 #: (page, words of the claim) -> the tests that assert that exit status
 EXIT_STATUSES = {
-    ("README.md", "(exit status 127)"):
-        ["test_real_docs_claims.py::test_taking_the_output_first_fails_closed"],
     ("docs/debugging.md", "and exits with status 1"):
         ["test_show.py::test_one_line_error_sorts_in_place"],
     ("docs/doctor.md", "The exit status is 0 when no check gives an error"):
@@ -181,6 +179,20 @@ EXIT_STATUSES = {
         ["test_shells.py::test_failure_stops_a_script_before_its_next_command"],
     ("docs/testing.md", "stops with exit status 1 unless"):
         ["test_doc_claims.py::test_another_checkout_stops_the_session_with_status_1"],
+    ("README.md", "When slurmenv refuses, it exits 1"):
+        ["test_shells.py::test_task_form_starts_nothing_when_slurmenv_refuses"],
+    ("README.md", "the substitution fails with status 127"):
+        ["test_shells.py::test_task_form_starts_nothing_when_slurmenv_is_missing",
+         "test_real_docs_claims.py::test_taking_the_output_first_fails_closed"],
+    ("docs/doctor.md", "Its exit status is 1 when a check found an error"):
+        ["test_doctor.py::test_export_ifname_exits_1_on_an_error_and_the_form_starts_nothing"],
+    ("docs/doctor.md", "(on stdout) and exits 1"):
+        ["test_doctor.py::test_export_ifname_without_an_interface_prints_the_stop_line_and_exits_1"],
+    ("docs/fail-closed.md", "a refusal exits with status 1 and the reason"):
+        ["test_export_cli.py::test_exec_does_not_run_the_command_on_failure"],
+    ("docs/torchrun.md", "stops the line with status 127 and a refusal with status 1"):
+        ["test_shells.py::test_task_form_starts_nothing_when_slurmenv_is_missing",
+         "test_shells.py::test_task_form_starts_nothing_when_slurmenv_refuses"],
     ("docs/torchrun.md", "The exit status is still 0."):
         ["test_real_torchrun.py::test_slurmenv_torchrun_two_nodes_two_workers"],
 }

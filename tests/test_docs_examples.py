@@ -444,8 +444,10 @@ def test_the_readme_shows_the_example_as_shipped() -> None:
     section = readme.split("## A complete example", 1)[1].split("\n## ", 1)[0]
     (shown,) = [b for b in blocks(ROOT / "README.md", section) if b.lines[0].startswith("rank=")]
     lines = [line for line in shown.lines if line.strip()]
-    assert [bool(real.SHOWN.fullmatch(line)) for line in lines] == [True] * 4 + [False] * 4
-    assert len(real.TRAINED.findall("\n".join(lines[4:]))) == 4
+    assert [bool(real.SHOWN.fullmatch(line)) for line in lines] == [True] * 4 + [False] * 8
+    checked = [real.CHECKED.fullmatch(line) for line in lines[4:8]]
+    assert all(checked) and sorted(m.group(1) or "0" for m in checked if m) == ["0", "1", "2", "3"]
+    assert len(real.TRAINED.findall("\n".join(lines[8:]))) == 4
 
 
 # -- regenerating ---------------------------------------------------------------------------

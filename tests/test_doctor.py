@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import pty
+import shutil
 import socket
 import subprocess
 import sys
@@ -442,6 +443,49 @@ def test_probe_outside_slurm_finds_loopback_and_exports_it() -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["lo", "lo"]
     assert "warning  step" in proc.stderr  # problems go to stderr
+
+
+#: docs/doctor.md's form: the interface lines taken first, then the program
+IFNAME_FORM = ('ifname=$("$@" doctor --export-ifname) && eval "$ifname" && '
+               'exec sh -c \'echo "PROGRAM-RAN $NCCL_SOCKET_IFNAME"\'')
+
+
+def test_export_ifname_exits_1_on_an_error_and_the_form_starts_nothing() -> None:
+    """A check's error (the master port already taken here): the lines are printed, the exit
+    status is 1, and docs/doctor.md's form does not start the program."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        env = synth.clean_env(MASTER_PORT=str(listener.getsockname()[1]))
+        alone = subprocess.run([*slurmenv_cmd(), "doctor", "--export-ifname"], env=env,
+                               capture_output=True, text=True, check=False)
+        assert alone.returncode == 1 and "export NCCL_SOCKET_IFNAME='lo';" in alone.stdout
+        assert "error    ports" in alone.stderr
+        form = subprocess.run(["sh", "-c", IFNAME_FORM, "sh", *slurmenv_cmd()], env=env,
+                              capture_output=True, text=True, check=False)
+    assert form.returncode == 1 and "PROGRAM-RAN" not in form.stdout
+    ok = subprocess.run(["sh", "-c", IFNAME_FORM, "sh", *slurmenv_cmd()], env=synth.clean_env(),
+                        capture_output=True, text=True, check=False)
+    assert ok.returncode == 0 and ok.stdout.split() == ["PROGRAM-RAN", "lo"], ok.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="needs root and unshare for a network namespace with no route")
+def test_export_ifname_without_an_interface_prints_the_stop_line_and_exits_1() -> None:
+    """No route to the master (a network namespace whose loopback is down): stdout is the line
+    that stops eval, the exit status 1, and docs/doctor.md's form starts nothing."""
+    env = synth.clean_env()
+    alone = subprocess.run(["unshare", "--net", "--", *slurmenv_cmd(), "doctor",
+                            "--export-ifname"], env=env, capture_output=True, text=True,
+                           check=False)
+    if "Operation not permitted" in alone.stderr:
+        pytest.skip("no network namespace here")
+    assert alone.returncode == 1
+    assert alone.stdout == 'printf %s "$-" | grep -q i || exit 1\n'
+    assert "no interface to export" in alone.stderr
+    form = subprocess.run(["unshare", "--net", "--", "sh", "-c", IFNAME_FORM, "sh",
+                           *slurmenv_cmd()], env=env, capture_output=True, text=True, check=False)
+    assert form.returncode == 1 and "PROGRAM-RAN" not in form.stdout
 
 
 def test_probe_sees_a_real_listener_on_the_master_port() -> None:

@@ -205,7 +205,7 @@ def test_documented_form_stops_on_failure(shell: str) -> None:
     proc = run([shell, "-c", "eval $(slurmenv export); echo RAN"], batch_env())
     assert "RAN" not in proc.stdout
     assert proc.returncode != 0
-    assert "srun bash -c" in proc.stderr
+    assert "srun -K slurmenv exec" in proc.stderr
 
 
 @pytest.mark.parametrize("shell", SHELLS)
@@ -405,3 +405,20 @@ def test_a_bug_in_any_command_prints_the_failure_text(
         want = render.FAILURE["fish"] if "fish" in argv else render.FAILURE["sh"]
         out, err = capsys.readouterr()
         assert out.endswith(want) and "internal error: RuntimeError: a bug" in err, argv
+
+
+def test_export_verbose_says_on_stderr_which_inherited_value_is_kept() -> None:
+    """``export --verbose``: the notes ``show`` prints go to stderr (one ``slurmenv: note:``
+    line each), stdout stays the lines to evaluate, the same as without --verbose."""
+    env = {**step(2), "MASTER_PORT": "29500"}
+    quiet = run([SLURMENV, "export"], env)
+    loud = run([SLURMENV, "export", "--verbose"], env)
+    assert quiet.returncode == loud.returncode == 0 and quiet.stdout == loud.stdout
+    assert "export MASTER_PORT='29500';" in loud.stdout.splitlines()
+    assert quiet.stderr == ""
+    assert [line for line in loud.stderr.splitlines() if "MASTER_PORT" in line] == [(
+        "slurmenv: note: MASTER_PORT=29500 was already set (inherited): kept as your choice, "
+        "not derived for this step; a step of this job running at the same time with its rank 0 "
+        "on the same node would take the same port (unset it to get one per step)")]
+    plain = run([SLURMENV, "export", "--verbose"], step(2))
+    assert plain.returncode == 0 and "MASTER_PORT" not in plain.stderr

@@ -35,6 +35,12 @@ SHOWN = re.compile(r"rank=\d+/4 node=\S+ node_rank=\d/2 local_rank=\d/2 master=\
                    r"tf=\S+:\d+ cluster=[0-9a-f]{8} step=\d+\.\d+ gpus=-")
 TRAINED = re.compile(r"^rank (\d)/4 on (\S+): loss [\d.]+, weights identical on every rank$",
                      re.MULTILINE)
+#: torch's own warning lines (glog's form: severity letter, date, time)
+TORCH_WARNING = re.compile(r"\[[WE]\d{4} \d\d:\d\d:\d\d")
+#: the step check's lines (stderr, which slurm-JOBID.out holds too): rank 0's report, then one
+#: line per other rank, in any order (docs/step-check.md)
+CHECKED = re.compile(r"slurmenv step check: (?:rank ([1-3]): ok \()?4 of 4 ranks reached "
+                     r"(\S+:\d+) in \d+\.\d s, all agree\)?")
 
 
 def test_the_example_trains_on_two_nodes(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
@@ -51,6 +57,13 @@ def test_the_example_trains_on_two_nodes(slurm_cluster: SlurmCluster, tmp_path: 
     trained = TRAINED.findall(job.stdout)
     assert sorted(rank for rank, _ in trained) == ["0", "1", "2", "3"], job.stdout + job.stderr
     assert len({node for _, node in trained}) == 2, trained
+    # the job's stderr: the step check's four lines, and otherwise only torch's own warnings
+    # (c10d's "[W1128 ...] ... cannot be retrieved" where the node's DNS does not answer)
+    lines = job.stderr.splitlines()
+    checked = [CHECKED.fullmatch(line) for line in lines if not TORCH_WARNING.match(line)]
+    assert all(checked) and len(checked) == 4, job.stderr
+    assert sorted(m.group(1) or "0" for m in checked if m) == ["0", "1", "2", "3"], job.stderr
+    assert len({m.group(2) for m in checked if m}) == 1, job.stderr
 
 
 

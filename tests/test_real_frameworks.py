@@ -1,5 +1,5 @@
 """slurmenv.torch, slurmenv.tf and slurmenv.jax across two nodes of a real Slurm cluster, and
-Accelerate and DeepSpeed through ``eval $(slurmenv export)``.
+Accelerate and DeepSpeed through ``slurmenv export`` (the closed shell form).
 
 One process per Slurm task (plain ``srun``, no torchrun); each task resolves its own step
 and joins the group through the helper (or reads what ``slurmenv export`` set); a collective
@@ -40,11 +40,13 @@ ENV = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH'
 def run(
     cluster: SlurmCluster, args: list[str], program: str, exported: bool = False
 ) -> dict[int, dict[str, Any]]:
-    """Every task's JSON line; ``exported``: the documented ``eval $(slurmenv export)`` first."""
+    """Every task's JSON line, from ``srun -K``; ``exported``: the documented
+    ``env=$(slurmenv export) && eval "$env"`` first."""
     command = ["python3", str(PROGRAMS / program)]
     if exported:
-        command = ["bash", "-c", f"eval $(slurmenv export); exec python {PROGRAMS / program}"]
-    res = cluster.srun(args, command, env=ENV, timeout=TIMEOUT)
+        command = ["bash", "-c",
+                   f'env=$(slurmenv export) && eval "$env" && exec python {PROGRAMS / program}']
+    res = cluster.srun(["--kill-on-bad-exit=1", *args], command, env=ENV, timeout=TIMEOUT)
     assert res.returncode == 0, f"{res.stdout}\n{res.stderr[-3000:]}"
     out = {}
     for task, lines in res.per_task.items():

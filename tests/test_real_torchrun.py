@@ -109,7 +109,7 @@ def test_refuses_two_tasks_per_node(slurm_cluster: SlurmCluster) -> None:
     )
     assert res.returncode != 0
     assert res.stderr.count("SLURM_STEP_TASKS_PER_NODE='2(x2)'") == 4  # every task says why
-    assert "srun --ntasks-per-node=1" in res.stderr
+    assert "srun -K --ntasks-per-node=1" in res.stderr
     assert "RESULT" not in res.stdout
 
 

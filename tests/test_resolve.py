@@ -163,7 +163,7 @@ def test_batch_script_refused(step: str | None) -> None:
     with pytest.raises(SlurmEnvError) as info:
         resolve(env)
     text = str(info.value)
-    assert "srun bash -c" in text and "rank 0" in text
+    assert "srun -K slurmenv exec" in text and "rank 0" in text
     assert info.value.variable == "SLURM_STEP_ID"
 
 

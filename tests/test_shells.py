@@ -50,6 +50,17 @@ EXTRA_FORMS = {
     "fish": "eval (slurmenv export --shell fish | string collect)",
     "csh": 'eval "`slurmenv export --shell csh`"',
 }
+#: The form docs/shells.md teaches in a task's shell, ``{program}`` for the program: it starts
+#: the program only with the variables set, whether slurmenv refuses or is missing on the node
+#: (the plain ``eval`` lines above fail open then: ``eval`` of nothing succeeds).
+TASK_FORMS = {
+    "sh": ("dash", 'env=$(slurmenv export) && eval "$env" && exec {program}'),
+    "bash": ("bash", 'env=$(slurmenv export) && eval "$env" && exec {program}'),
+    "zsh": ("zsh", 'env=$(slurmenv export --shell zsh) && eval "$env" && exec {program}'),
+    "fish": ("fish", "set env (slurmenv export --shell fish); and eval $env; and exec {program}"),
+    "csh": ("csh", "eval `slurmenv export --shell csh || echo exit 1`; exec {program}"),
+    "tcsh": ("tcsh", "eval `slurmenv export --shell tcsh || echo exit 1`; exec {program}"),
+}
 SPECIAL = "'\"$`\\!*?[]{}%~#&;|<>()^=,:- \t\n\r"
 VALUES = st.text(
     st.one_of(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
@@ -379,10 +390,52 @@ def test_format_json_and_dotenv_from_the_command_line(tmp_path: Path) -> None:
 
 
 def test_readme_shows_these_lines() -> None:
-    """The shell page (docs/shells.md, split out of the README) shows exactly these lines."""
+    """The shell page (docs/shells.md, split out of the README) shows exactly the task forms."""
     page = (ROOT / "docs" / "shells.md").read_text(encoding="utf-8")
-    missing = [line for _, line in USAGE.values() if line not in page]
+    missing = [line.format(program="python train.py") for _, line in TASK_FORMS.values()
+               if line.format(program="python train.py") not in page]
     assert not missing, f"docs/shells.md must show the tested usage lines: {missing}"
+
+
+# --- the task forms: the program starts only with the variables set ---------------------------
+
+def task_form(shell: str, program: str) -> list[str]:
+    return [*interpreter(shell), "-c", TASK_FORMS[shell][1].format(program=program)]
+
+
+@pytest.mark.parametrize("shell", list(TASK_FORMS))
+@given(addr=VALUES.filter(lambda v: v.strip() != "" and "\n" not in v))
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_task_form_sets_every_variable(shell: str, addr: str, tmp_path: Path) -> None:
+    env = base_env(tmp_path, preset(addr))
+    want = slurmenv.resolve(env).env("all")
+    proc = run(task_form(shell, "env -0"), env, tmp_path)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    assert exported(proc.stdout, list(want)) == want
+
+
+@pytest.mark.parametrize("shell", list(TASK_FORMS))
+def test_task_form_starts_nothing_when_slurmenv_refuses(shell: str, tmp_path: Path) -> None:
+    proc = run(task_form(shell, "echo PROGRAM-RAN"), batch_env(tmp_path), tmp_path)
+    assert b"PROGRAM-RAN" not in proc.stdout and proc.returncode == 1
+    assert b"slurmenv: error: inside Slurm job" in proc.stderr
+
+
+@pytest.mark.parametrize("shell", list(TASK_FORMS))
+def test_task_form_starts_nothing_when_slurmenv_is_missing(shell: str, tmp_path: Path) -> None:
+    env = {**base_env(tmp_path, preset("n1")), "PATH": "/usr/bin:/bin"}
+    assert shutil.which("slurmenv", path=env["PATH"]) is None
+    proc = run(task_form(shell, "echo PROGRAM-RAN"), env, tmp_path)
+    assert b"PROGRAM-RAN" not in proc.stdout
+    # the missing command's status where the shell keeps it; csh only knows its own exit 1
+    assert proc.returncode == (1 if shell in ("csh", "tcsh") else 127)
+
+
+def test_the_plain_eval_line_fails_open_when_slurmenv_is_missing(tmp_path: Path) -> None:
+    """Why the pages teach the task forms: the plain line runs the next command anyway."""
+    env = {**batch_env(tmp_path), "PATH": "/usr/bin:/bin"}
+    proc = run(["bash", "-c", f"{USAGE['bash'][1]}; echo PROGRAM-RAN RANK=$RANK"], env, tmp_path)
+    assert proc.returncode == 0 and b"PROGRAM-RAN RANK=\n" in proc.stdout
 
 
 # --- every error of the command line stops the script (issue 10, item 1) ---------------------

@@ -272,3 +272,22 @@ def test_all_ranks_under_mpirun_names_the_mpi_variable(
     err = capsys.readouterr().err
     assert f"variable: OMPI_COMM_WORLD_RANK='{env['OMPI_COMM_WORLD_RANK']}'" in err
     assert "mpirun ..." in err
+
+
+def test_show_says_an_inherited_master_port_is_kept(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The classic ``export MASTER_PORT=29500`` of a batch script wins over the step's port:
+    show says so, naming the variable and its value (and says nothing without it)."""
+    env = synth.step_env(HOSTS, [2, 2, 2, 2], 3, job_id=77, step_id=3)
+    use_env(monkeypatch, {**env, "MASTER_PORT": "29500"})
+    assert main(["show"]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+    assert [n for n in notes if "MASTER_PORT" in n] == [(
+        "note: MASTER_PORT=29500 was already set (inherited): kept as your choice, not derived "
+        "for this step; a step of this job running at the same time with its rank 0 on the same "
+        "node would take the same port (unset it to get one per step)")]
+    use_env(monkeypatch, env)
+    assert main(["show"]) == 0
+    assert "MASTER_PORT=" not in "".join(
+        line for line in capsys.readouterr().out.splitlines() if line.startswith("note:"))

@@ -235,7 +235,7 @@ def test_cli_refusal_names_the_variable_and_runs_nothing(tmp_path: Path) -> None
     )
     assert proc.returncode == 1
     assert "SLURM_STEP_TASKS_PER_NODE='2(x2)'" in proc.stderr
-    assert "srun --ntasks-per-node=1" in proc.stderr
+    assert "srun -K --ntasks-per-node=1" in proc.stderr
     assert proc.stdout == ""
     assert not marker.exists()
 

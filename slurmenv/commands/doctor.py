@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="slurmenv doctor",
         description="Check this task for what makes distributed training hang at start-up; "
         "each check says ok, warning or error, with a fix. Exit status 0 when no error. "
-        "Run it in the training step itself: srun bash -c 'slurmenv doctor && "
+        "Run it in the training step itself: srun -K sh -c 'slurmenv doctor && "
         "exec slurmenv exec -- python train.py'",
     )
     parser.add_argument("--json", action="store_true", help="JSON instead of text")

@@ -31,11 +31,15 @@ SHELL: Arg = ("--shell", {"dest": "shell", "default": None, "choices": SHELLS,
                           "help": "shell syntax (default sh)"})
 FORMAT: Arg = ("--format", {"dest": "format", "default": None, "choices": FORMATS,
                             "help": "data format"})
+VERBOSE: Arg = ("--verbose", {
+    "dest": "verbose", "default": False, "action": "store_true",
+    "help": "also say on stderr what slurmenv show notes: a value already set and kept (an "
+    "inherited MASTER_PORT, thread counts) or replaced"})
 #: exec's own options: the step check before the command (slurmenv.doctor.stepcheck, loaded only then).
 PREFLIGHT: Arg = ("--preflight", {
     "dest": "preflight", "default": False, "action": "store_true",
-    "help": "first check the whole step (every task runs it: srun slurmenv exec --preflight "
-    "-- CMD): the command starts in no task unless every rank reaches rank 0 and all agree "
+    "help": "first check the whole step (every task runs it: srun -K slurmenv exec "
+    "--preflight -- CMD): the command starts in no task unless every rank reaches rank 0 and all agree "
     "(slurmenv doctor --step)"})
 STEP_TIMEOUT: Arg = ("--step-timeout", {
     "dest": "step_timeout", "default": None, "metavar": "SECONDS",
@@ -46,13 +50,13 @@ FAST_COMMANDS = ("export", "exec")  # parsed by _fast_args without argparse when
 
 def command_args(command: str) -> list[Arg]:
     """The options of ``export`` or ``exec``, as argparse gets them and _fast_args reads them."""
-    own = [SHELL, FORMAT] if command == "export" else [PREFLIGHT, STEP_TIMEOUT]
+    own = [SHELL, FORMAT, VERBOSE] if command == "export" else [PREFLIGHT, STEP_TIMEOUT]
     return [*own, *options.arguments(), options.FOR]
 
 
 def add_export_options(parser: argparse.ArgumentParser) -> None:
     """The options of ``export`` besides the resolution options."""
-    options.add_arguments(parser, [SHELL, FORMAT])
+    options.add_arguments(parser, [SHELL, FORMAT, VERBOSE])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argument_parser(
         prog="slurmenv",
         description="Turn a Slurm job step into the environment torch.distributed and "
-        "TensorFlow expect. Typical use: srun bash -c 'eval $(slurmenv export); python train.py'",
+        "TensorFlow expect. Typical use: srun -K slurmenv exec -- python train.py (in a shell: "
+        "srun -K sh -c 'env=$(slurmenv export) && eval \"$env\" && exec python train.py')",
     )
     parser.add_argument("--version", action="version", version=f"slurmenv {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -94,17 +99,22 @@ def cmd_export(args: argparse.Namespace) -> int:
         usage_error("give --shell or --format, not both")
     fmt = args.format or args.shell or "sh"
     try:
-        values = resolve(**options.given_in(args)).env(options.outputs(os.environ, args.for_))
+        res = resolve(**options.given_in(args))
+        values = res.env(options.outputs(os.environ, args.for_))
         text = render.render(values, fmt)  # csh refuses a value with a newline
     except SlurmEnvError as exc:
         from .console import fail_closed, print_error
 
         print_error(exc)
-        # Make `eval $(slurmenv export); python train.py` stop before python in a script.
+        # Make a script that evaluates the output stop before its next command.
         fail_closed(args.format or args.shell)
         return 1
     from .console import write_output
 
+    if getattr(args, "verbose", False) and res.notes:
+        from .console import say
+
+        say("".join(f"slurmenv: note: {note}\n" for note in res.notes))
     return write_output(text)
 
 

@@ -65,7 +65,7 @@ def protocol(values: Mapping[str, str]) -> str:
     or one that a Slurm before 22.05.1 would cut where a piece reads as a protocol line."""
     from ..errors import SlurmEnvError
 
-    fix = "start the task with eval or exec instead: srun slurmenv exec -- COMMAND"
+    fix = "start the task with exec instead: srun -K slurmenv exec -- COMMAND"
     lines = []
     for name, value in values.items():
         if "\n" in value or "\r" in value:

@@ -160,7 +160,7 @@ _INTRO = """
 Run torchrun with --nnodes, --nproc-per-node and a c10d rendezvous on the node
 of rank 0 (--rdzv-backend, --rdzv-endpoint, --rdzv-id, --rdzv-conf=is_host) filled in from
 the Slurm step. Start it once per node:
-srun --ntasks-per-node=1 -n "$SLURM_JOB_NUM_NODES" slurmenv torchrun train.py
+srun -K --ntasks-per-node=1 -n "$SLURM_JOB_NUM_NODES" slurmenv torchrun train.py
 
 Options you give torchrun (or its PET_<OPTION> variables) win over the filled-in ones.
 --nproc-per-node defaults to the GPUs this task sees (CUDA_VISIBLE_DEVICES, else

@@ -96,7 +96,7 @@ def _check_ports(ctx: Context) -> Check:
 #: ``(modulus, base, release)``: enroot 4 (issue 243), then enroot 3 (docs/containers.md).
 ENROOT_PORTS = ((4536, 61000, "enroot 4"), (16384, 49152, "enroot 3, in the ephemeral range"))
 ENROOT_FIX = (
-    "let slurmenv derive a port for the step: run it with MASTER_PORT unset (srun "
+    "let slurmenv derive a port for the step: run it with MASTER_PORT unset (srun -K "
     "--container-image=IMAGE env -u MASTER_PORT slurmenv exec -- python train.py), or give "
     "each step that runs at the same time its own SLURMENV_PORT (docs/containers.md)"
 )

@@ -39,9 +39,9 @@ WHY_EMPTY = {
     ),
 }
 OUTSIDE_STEP_FIX = (
-    "evaluate slurmenv inside the job step, in every task: "
-    "srun bash -c 'eval $(slurmenv export); python train.py' (single quotes, so the batch "
-    "script does not expand it) or srun slurmenv exec -- python train.py"
+    "evaluate slurmenv inside the job step, in every task: srun -K slurmenv exec -- python "
+    "train.py, or in a shell: srun -K sh -c 'env=$(slurmenv export) && eval \"$env\" && exec "
+    "python train.py' (single quotes, so the batch script does not expand it)"
 )
 
 
@@ -116,7 +116,7 @@ def read(environ: Mapping[str, str]) -> Task:
             environ, "slurm-interactive-step", "Slurm interactive step",
             origin=f"interactive step of job {job_id(environ)} (salloc with "
             "use_interactive_step): one process; the training runs as a single process here",
-            origin_fix="start the training tasks with srun from this shell: srun slurmenv exec "
-            "-- python train.py",
+            origin_fix="start the training tasks with srun from this shell: srun -K slurmenv "
+            "exec -- python train.py",
         )
     raise refuse(environ)
