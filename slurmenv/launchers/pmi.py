@@ -48,6 +48,23 @@ def _refuse(what: str, value: str | None, fix: str = FIX) -> SlurmEnvError:
     return SlurmEnvError(f"Slurm's PMI (PMI_FD): {what}", variable=FD_VARIABLE, value=value, fix=fix)
 
 
+def wanted(environ: Mapping[str, str], ntasks: int) -> bool:
+    """Whether this task asks: ``SLURMENV_PMI=1`` (the pipeline writes the option's value so),
+    from variables every task of the step has alike, so every task decides the same. On
+    without Slurm's PMI (``PMI_FD``, and ``PMI_SIZE`` equal to the step's task count) is
+    refused, alike in every task."""
+    if environ.get(SWITCH) != "1":
+        return False
+    size = environ.get("PMI_SIZE")
+    if not environ.get(FD_VARIABLE) or size != str(ntasks):
+        raise SlurmEnvError(
+            f"the exchange through Slurm's PMI is on ({SWITCH}, --pmi) but this task has no PMI "
+            f"of its step (PMI_SIZE={size}, SLURM_STEP_NUM_TASKS={ntasks})",
+            variable=FD_VARIABLE, value=environ.get(FD_VARIABLE),
+            fix="start the step with srun --mpi=pmi2, or turn the exchange off (SLURMENV_PMI=0)")
+    return True
+
+
 def timeout(environ: Mapping[str, str]) -> float:
     """``SLURMENV_PMI_TIMEOUT`` in seconds (a positive number, at most a day), or the default."""
     text = environ.get(TIMEOUT_VARIABLE, "")
@@ -98,7 +115,9 @@ class Client:
             raise _refuse(
                 f"the step's slurmstepd did not {what} within {self.seconds:g} s "
                 f"({TIMEOUT_VARIABLE}): not every task of the step asked it (a program that runs "
-                "slurmenv in some tasks only, or a task that failed before), or it does not answer",
+                "slurmenv in some tasks only, or a task that failed before), this task asked "
+                "before (Slurm answers one init per task: slurmenv or an MPI library ran "
+                "first), or it does not answer",
                 self.fd_text)
 
     def _line(self, what: str) -> dict[str, str]:
