@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -183,10 +182,8 @@ def test_a_silent_server_is_refused_within_the_bound(server: Callable[[Reply], i
         return None if line.startswith("cmd=barrier_in") else slurm_like({}, [])(line)
 
     fd = server(no_fence)
-    start = time.monotonic()
-    with pytest.raises(SlurmEnvError) as err:
-        resolve(step(fd, SLURMENV_PMI_TIMEOUT="0.5"))
-    assert 0.4 < time.monotonic() - start < 5
+    with pytest.raises(SlurmEnvError) as err:  # a hang would never end (the real bound:
+        resolve(step(fd, SLURMENV_PMI_TIMEOUT="0.5"))  # tests/test_real_pmi.py)
     assert err.value.variable == "PMI_FD"
     assert "within 0.5 s" in err.value.message and "not every task" in err.value.message
 
