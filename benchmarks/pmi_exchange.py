@@ -23,7 +23,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = (4, 8, 16, 32, 64)
-SCRIPT = 't=$(date +%s%N); slurmenv export >/dev/null || exit 1; echo "ms $(( ($(date +%s%N) - t) / 1000 ))"'
+#: Each task: the process's whole ``slurmenv export`` (interpreter start-up included, under
+#: the load of all the step's tasks starting at once on 2 cores), then ``resolve()`` in process
+#: (the exchange's own cost, fence wait for the other tasks included).
+SCRIPT = ('t=$(date +%s%N); slurmenv export >/dev/null || exit 1; '
+          'echo "ms $(( ($(date +%s%N) - t) / 1000 ))"')
+INPROC = ("import time, slurmenv; t = time.perf_counter(); slurmenv.resolve(); "
+          "print('ms', int((time.perf_counter() - t) * 1e6))")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,29 +42,32 @@ def main(argv: list[str] | None = None) -> int:
     from slurm_harness import SlurmCluster
 
     path = f"{Path(sys.executable).parent}:/usr/bin:/bin"
-    header = ("tasks", "export (median task)", "with PMI (median task)", "export (slowest)",
-              "with PMI (slowest)")
+    header = ("tasks", "export process (median task)", "with PMI", "resolve() (median task)",
+              "with PMI", "resolve() (slowest task)", "with PMI")
     rows = []
     with SlurmCluster(nodes=("b1", "b2", "b3", "b4"), cpus_per_node=16,
                       release=args.release) as cluster:
         for world in map(int, args.sizes.split(",")):
-            got: dict[str, list[float]] = {"0": [], "1": []}
-            slowest: dict[str, list[float]] = {"0": [], "1": []}
+            got: dict[str, list[float]] = {}
             for r in range(args.rounds + 1):  # the first round warms the caches, not counted
                 for pmi in ("01" if r % 2 else "10"):
-                    res = cluster.srun(["--mpi=pmi2", "-N4", f"-n{world}", "-O"],
-                                       ["sh", "-c", SCRIPT],
-                                       env={"PATH": path, "SLURMENV_PMI": pmi}, timeout=300)
-                    times = [int(lines[-1].split()[1]) / 1000 for lines in res.per_task.values()
-                             if lines and lines[-1].startswith("ms ")]
-                    if res.returncode != 0 or len(times) != world:
-                        print(res.stdout[-2000:], res.stderr[-2000:], file=sys.stderr)
-                        raise SystemExit(f"a step of {world} tasks failed (SLURMENV_PMI={pmi})")
-                    if r:
-                        got[pmi].extend(times)
-                        slowest[pmi].append(max(times))
-            rows.append((str(world), *(f"{statistics.median(v):.0f} ms" for v in
-                                       (got["0"], got["1"], slowest["0"], slowest["1"]))))
+                    for kind, command in (("process", ["sh", "-c", SCRIPT]),
+                                          ("resolve", [sys.executable, "-c", INPROC])):
+                        res = cluster.srun(["--mpi=pmi2", "-N4", f"-n{world}", "-O"], command,
+                                           env={"PATH": path, "SLURMENV_PMI": pmi}, timeout=300)
+                        times = [int(lines[-1].split()[1]) / 1000
+                                 for lines in res.per_task.values()
+                                 if lines and lines[-1].startswith("ms ")]
+                        if res.returncode != 0 or len(times) != world:
+                            print(res.stdout[-2000:], res.stderr[-2000:], file=sys.stderr)
+                            raise SystemExit(f"a step of {world} tasks failed ({kind}, "
+                                             f"SLURMENV_PMI={pmi})")
+                        if r:
+                            got.setdefault(kind + pmi, []).extend(times)
+                            if kind == "resolve":
+                                got.setdefault("slowest" + pmi, []).append(max(times))
+            keys = ("process0", "process1", "resolve0", "resolve1", "slowest0", "slowest1")
+            rows.append((str(world), *(f"{statistics.median(got[k]):.1f} ms" for k in keys)))
             print(" | ".join(rows[-1]), flush=True)
     widths = [max(len(c) for c in col) for col in zip(header, *rows)]
     print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |")

@@ -44,6 +44,14 @@ def slurm_like(kvs: dict[str, str], log: list[str]) -> Reply:
     return reply
 
 
+@pytest.fixture(autouse=True)
+def _forget() -> Iterator[None]:
+    """Each test's socket is a new task (fd numbers are reused)."""
+    pmi._TOLD.clear()
+    yield
+    pmi._TOLD.clear()
+
+
 @pytest.fixture
 def server() -> Iterator[Callable[[Reply], int]]:
     """``start(reply)``: a socketpair whose far end answers each request line with
@@ -112,6 +120,15 @@ def test_block_step_read_through_pmi_agrees_and_says_so(server: Callable[[Reply]
         "cmd=init", "cmd=get_my_kvsname", "cmd=put", "cmd=barrier_in", "cmd=get", "cmd=get"]
     assert "cmd=put kvsname=7.0 key=slurmenv-node-0 value=n1/0-1" in log
     os.fstat(fd)
+
+
+def test_a_process_asks_once(server: Callable[[Reply], int]) -> None:
+    """Slurm answers one init per task: a second resolution in the process reuses the answer."""
+    log: list[str] = []
+    fd = server(slurm_like({"slurmenv-node-1": "n2/2-3"}, log))
+    first, again = resolve(step(fd)), resolve(step(fd))
+    assert first.master_addr == again.master_addr == "n1"
+    assert sum(line.startswith("cmd=init") for line in log) == 1
 
 
 def test_only_the_lowest_rank_of_a_node_puts(server: Callable[[Reply], int]) -> None:

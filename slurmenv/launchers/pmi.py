@@ -210,10 +210,25 @@ def unranges(text: str, most: int) -> list[int]:
     return ranks
 
 
+#: What this process was told, by (PMI_FD, job, step, rank): Slurm answers one init per task,
+#: so a second resolution in the same process (doctor, resolve() called twice) reuses it.
+_TOLD: dict[tuple[str, ...], list[tuple[str, list[int]]]] = {}
+
+
 def exchange(environ: Mapping[str, str], nodeid: int, nnodes: int, ntasks: int, host: str,
              gtids: Sequence[int]) -> list[tuple[str, list[int]]]:
     """Every node's (name, ranks), by SLURM_NODEID, through the step's PMI: this task puts its
-    node's entry if it is the node's lowest rank, then fences and reads every node's."""
+    node's entry if it is the node's lowest rank, then fences and reads every node's (once per
+    process and task: :data:`_TOLD`)."""
+    key = tuple(environ.get(name, "") for name in (FD_VARIABLE, "SLURM_JOB_ID", "SLURM_STEP_ID",
+                                                   "SLURM_PROCID"))
+    if key not in _TOLD:
+        _TOLD[key] = _exchange(environ, nodeid, nnodes, ntasks, host, gtids)
+    return [(name, list(ranks)) for name, ranks in _TOLD[key]]
+
+
+def _exchange(environ: Mapping[str, str], nodeid: int, nnodes: int, ntasks: int, host: str,
+              gtids: Sequence[int]) -> list[tuple[str, list[int]]]:
     fd_text = environ.get(FD_VARIABLE, "")
     fd = parse_int(FD_VARIABLE, fd_text, fix="run under srun --mpi=pmi2, which sets it")
     import os
