@@ -33,7 +33,7 @@ def resolve(
     port_range: tuple[int, int] | str | None = None, addr_template: str | None = None,
     resolve_addr: bool | None = None, tf_chief: bool | None = None,
     bind_gpus: bool | None = None, threads: bool | None = None, master_addr: str | None = None,
-    tf_jobs: str | None = None, launcher: str | None = None,
+    tf_jobs: str | None = None, launcher: str | None = None, pmi: bool | None = None,
     ephemeral_range: tuple[int, int] | None | object = _AUTO, cpus: int | None = None,
     step_evidence: str | None | object = _AUTO,
     rivals: Iterable[Mapping[str, str]] | None | object = _AUTO,
@@ -41,7 +41,7 @@ def resolve(
     """Resolve this task's distributed environment from ``environ`` (default ``os.environ``).
 
     Nothing is changed: the result is an immutable :class:`Resolution`. The keywords from
-    ``port`` to ``launcher`` are the options table's (:class:`Options`, ``docs/options.md``);
+    ``port`` to ``pmi`` are the options table's (:class:`Options`, ``docs/options.md``);
     each one given (not None) overrides its ``SLURMENV_*`` variable. ``ephemeral_range`` is this
     node's ephemeral port range, read from ``/proc`` unless given (``None`` skips the check).
     ``cpus`` is how many CPUs the task may run on, for the thread counts when

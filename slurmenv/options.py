@@ -267,6 +267,12 @@ class Options(NamedTuple):
         "docs/launchers.md), among readings that agree: refused when that launcher does not "
         "detect the task or when another source of the world contradicts it",
         metavar="NAME")
+    pmi: bool = option(
+        "SLURMENV_PMI", "--pmi", FLAG, False,
+        "ask the step itself where each rank runs, through Slurm's PMI (srun --mpi=pmi2): every "
+        "task must run slurmenv, once, and no MPI library can initialise in the task after it "
+        "(docs/topology.md)",
+        negative="derive the layout from the variables and files only")
 
 
 if len(_ROWS) != len(Options._fields):  # pragma: no cover - a field without option()

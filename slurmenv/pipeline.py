@@ -97,6 +97,8 @@ def resolve(environ: Mapping[str, str], options: Options, ephemeral: tuple[int, 
     read from /proc when needed, None: not looked at).
     """
     environ, stale_note = without_stale(environ)  # before anything is read
+    if options.pmi != (environ.get("SLURMENV_PMI") == "1"):  # the launcher reads "1" only
+        environ = {**environ, "SLURMENV_PMI": "1" if options.pmi else ""}
     module = worldguard.launcher_of(environ, options.launcher)
     task: Task = module.read(environ)  # the fallback refuses a stray launcher variable first
     if module.FALLBACK:

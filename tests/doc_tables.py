@@ -78,6 +78,8 @@ OTHER_VARIABLES = {
                     "told",
     "SLURMENV_STEP_TIMEOUT": "seconds the step check (`doctor --step`, `exec --preflight`) waits "
                              "for the other tasks (`--step-timeout`)",
+    "SLURMENV_PMI_TIMEOUT": "seconds a task waits for the other tasks of the step in the "
+                            "exchange through Slurm's PMI (`SLURMENV_PMI`), default 60",
     "SLURMENV_DEBUG": "`1`: an unexpected error prints its traceback too (any `slurmenv` "
                       "command; not the task prolog)",
     "SLURMENV": "`1` opts a job in to the site-wide task prolog, `slurmenv-site-prolog` "

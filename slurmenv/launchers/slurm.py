@@ -24,6 +24,7 @@ VARIABLES = (
     "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_GTIDS", "SLURMD_NODENAME",
     "SLURM_DISTRIBUTION", "SLURM_DIST_PLANESIZE", "SLURM_HOSTFILE", "SLURM_STEP_RESV_PORTS",
     "SLURM_HET_SIZE", "SLURM_PACK_SIZE", "SLURM_JOB_SLUID", "SLURM_CONF",
+    "PMI_FD", "PMI_SIZE", "SLURMENV_PMI", "SLURMENV_PMI_TIMEOUT",
 )  # fmt: skip
 PREFIXES = ("SLURM_JOB_NODELIST_HET_GROUP_", "SLURM_JOB_NODELIST_PACK_GROUP_")
 FALLBACK = False
@@ -82,6 +83,10 @@ class SlurmStep(Topology):
         self._nodes: nodes.NodeList | None = None
         self._placement: layout.Placement | layout.UnknownLayout | None = None
         self._order: tuple[list[int] | None, str] | None = None
+        #: The layout Slurm's PMI told (``ask_pmi``), and what the derivation said of it.
+        self._pmi: layout.Placement | None = None
+        self.pmi_note = ""
+        self.pmi_name = ""
         self.counts = self._node_order(self.counts)
         self._check_counts()
 
@@ -145,13 +150,20 @@ class SlurmStep(Topology):
             else:
                 from . import topology
 
-                found = topology.node_order(self.environ, self.hosts())
+                try:
+                    found = topology.node_order(self.environ, self.hosts())
+                except SlurmEnvError as exc:
+                    exc.fix = f"{exc.fix}; or let slurmenv ask the step itself: srun --mpi=pmi2 " \
+                        "with SLURMENV_PMI=1 (docs/topology.md)"
+                    raise
                 self._order = (found.order, found.why)
         order = self._order[0]
         return None if order is None or order == sorted(order) else order
 
     def placement(self) -> layout.Placement | layout.UnknownLayout:
         """The layout, or UnknownLayout with the reason it cannot be known."""
+        if self._pmi is not None:
+            return self._pmi
         if self._placement is None:
             dist = self.distribution
             order = self.topology_order()
@@ -164,6 +176,59 @@ class SlurmStep(Topology):
             else:
                 self._placement = layout.place(self.counts, dist)
         return self._placement
+
+    def ask_pmi(self) -> None:
+        """Read the layout from Slurm's PMI (``pmi.py``; every task of the step asks alike,
+        ``pmi.wanted``): each node's name must be the step's node at its SLURM_NODEID, its
+        ranks as many as SLURM_STEP_TASKS_PER_NODE says, every rank once. A derivation from
+        the variables and files that disagrees is refused naming both; one that cannot be
+        made (an unreadable topology, say) gives way to what the step told."""
+        from . import pmi
+
+        gtids = parse_gtids(require(self.environ, "SLURM_GTIDS", STEP_FIX),
+                            self.counts[self.nodeid])
+        host = self.environ.get("SLURMD_NODENAME") or self.node_list()[self.nodeid]
+        told = pmi.exchange(self.environ, self.nodeid, self.nnodes, self.ntasks, host, gtids)
+        listed = self.node_list()
+        node_of, local_of = [-1] * self.ntasks, [0] * self.ntasks
+        for node, (name, ranks) in enumerate(told):
+            if name != listed[node] or len(ranks) != self.counts[node] \
+                    or any(not 0 <= r < self.ntasks or node_of[r] != -1 for r in ranks):
+                raise SlurmEnvError(
+                    f"Slurm's PMI says node {node} is {name} with ranks {pmi.ranges(ranks)}, "
+                    f"but SLURM_STEP_NODELIST={self.nodelist} and SLURM_STEP_TASKS_PER_NODE="
+                    f"{self.tasks_per_node} put {listed[node]} with {self.counts[node]} tasks "
+                    "there (or a rank twice)",
+                    variable="PMI_FD", value=self.environ.get("PMI_FD"), fix=pmi.FIX)
+            for local, rank in enumerate(sorted(ranks)):
+                node_of[rank], local_of[rank] = node, local
+        read = layout.Placement(node_of, local_of)
+        try:
+            derived = self.placement()
+            name = self._derived_name()
+        except SlurmEnvError as exc:
+            derived, name = layout.UnknownLayout(exc.message), ""
+            self._order = (None, "")  # not asked again: the step told
+        if isinstance(derived, layout.UnknownLayout):
+            self.pmi_note = (f"the layout was read from Slurm's PMI (PMI_FD): the variables and "
+                             f"files cannot tell it ({derived.reason})")
+            self.pmi_name = "as Slurm placed it, read from Slurm's PMI"
+        elif derived.node_of != node_of:
+            rank = next(r for r, n in enumerate(node_of) if derived.node_of[r] != n)
+            raise SlurmEnvError(
+                f"Slurm's PMI says rank {rank} runs on {listed[node_of[rank]]}, but the {name} "
+                f"layout slurmenv derives from the variables and files puts it on "
+                f"{listed[derived.node_of[rank]]}",
+                variable="SLURM_CONF" if self._order and self._order[0] else "SLURM_DISTRIBUTION",
+                value=self.environ.get("SLURM_CONF" if self._order and self._order[0]
+                                       else "SLURM_DISTRIBUTION"),
+                fix="slurmenv's derivation is wrong for this step: report it (docs/topology.md); "
+                "meanwhile pass -m cyclic or -m plane=N to srun")
+        else:
+            self.pmi_note = (f"the {name} layout derived from the variables and files agrees "
+                             "with what Slurm's PMI (PMI_FD) told every task")
+            self.pmi_name = f"{name}, read from Slurm's PMI"
+        self._pmi = read
 
     def _arbitrary(self) -> layout.Placement | layout.UnknownLayout:
         path = self.environ.get("SLURM_HOSTFILE")
@@ -200,6 +265,11 @@ class SlurmStep(Topology):
         return layout.largest(self.counts)
 
     def layout_name(self) -> str:
+        if self._pmi is not None:
+            return self.pmi_name
+        return self._derived_name()
+
+    def _derived_name(self) -> str:
         dist = self.distribution
         if isinstance(dist, layout.UnknownLayout):
             return "unknown"
@@ -230,10 +300,11 @@ class SlurmStep(Topology):
         if name and self.node_list()[self.nodeid] != name:
             raise self._wrong_node(name)
         dist = self.distribution
-        if isinstance(dist, layout.UnknownLayout):
+        if isinstance(dist, layout.UnknownLayout) and self._pmi is None:
             return
         expected: list[int] | None = None
-        if dist.kind == "arbitrary" or order is not None:
+        if self._pmi is not None or isinstance(dist, layout.UnknownLayout) \
+                or dist.kind == "arbitrary" or order is not None:
             placed = self.placement()
             if isinstance(placed, layout.UnknownLayout):
                 return
@@ -262,7 +333,8 @@ class SlurmStep(Topology):
             if there is None and gtids is not None:  # the ranks of the node the layout names
                 placed = self.placement()
                 there = placed.ranks_on(node) if isinstance(placed, layout.Placement) \
-                    else layout.ranks_on(self.counts, dist, node)
+                    else layout.ranks_on(self.counts, dist, node) \
+                    if isinstance(dist, layout.Distribution) else None
             raise SlurmEnvError(
                 f"Slurm placed this task (rank {self.procid}) on node {self.nodeid} as local rank "
                 f"{self.localid} with ranks {gtids_text} there, but the {self.layout_name()} layout "
@@ -283,7 +355,7 @@ class SlurmStep(Topology):
                    f"is {name} (SLURMD_NODENAME)")
         dist = self.distribution
         if isinstance(dist, layout.Distribution) and dist.kind != "arbitrary" \
-                and self.topology_order() is None:
+                and self._pmi is None and self.topology_order() is None:
             node, _ = layout.locate(self.counts, dist, self.procid)
             if node != self.nodeid and self.node_list()[node] == name:
                 return SlurmEnvError(
@@ -299,7 +371,7 @@ class SlurmStep(Topology):
         node-list order."""
         dist = self.distribution
         if isinstance(dist, layout.Distribution) and dist.kind != "arbitrary" \
-                and self.topology_order() is None:
+                and self._pmi is None and self.topology_order() is None:
             return self.node_list()[0]
         return self.node_list()[self.known().node_of[0]]
 
@@ -330,8 +402,15 @@ class SlurmStep(Topology):
 
 def read(environ: Mapping[str, str]) -> Task:
     """One task of an ordinary Slurm step (``detect`` said the SLURM_* are its own); a
-    heterogeneous step (``srun A : B``) is read by ``het.py``, before this module."""
-    return task(environ, SlurmStep(environ))
+    heterogeneous step (``srun A : B``) is read by ``het.py``, before this module. With
+    ``SLURMENV_PMI`` on, the layout is asked of the step itself (``pmi.py``)."""
+    step = SlurmStep(environ)
+    if environ.get("SLURMENV_PMI") and step.nnodes > 1:
+        from . import pmi
+
+        if pmi.wanted(environ, step.ntasks):
+            step.ask_pmi()
+    return task(environ, step)
 
 
 def task(environ: Mapping[str, str], slurm: SlurmStep) -> Task:
@@ -371,6 +450,7 @@ def task(environ: Mapping[str, str], slurm: SlurmStep) -> Task:
         topology=slurm,
         job_id=job,
         step_id=step,
+        notes=(slurm.pmi_note,) if slurm.pmi_note else (),
         origin=f"a task of job step {job}.{step} (srun)",
         label=f"job {job}, step {step}",
     )
