@@ -39,7 +39,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -236,6 +236,8 @@ class SlurmCluster:
         extra_conf: str = "",
         release: str | None = None,
         topology: str | None = None,
+        files: Mapping[str, str] | None = None,
+        conf_edit: Callable[[str], str] | None = None,
     ) -> None:
         if not 0 < len(nodes) <= 250:  # addresses .2 to .251
             raise ValueError("between 1 and 250 nodes fit the /24 subnet")
@@ -246,6 +248,9 @@ class SlurmCluster:
         self.extra_conf = extra_conf  # slurm.conf lines, e.g. "TaskProlog=/path"
         self.release = release  # None: Debian's 22.05; else a version built under SLURM_PREFIX
         self.topology = topology  # topology.conf's text, or None for no file
+        self.files = dict(files or {})  # more files beside slurm.conf: name -> text
+        self.conf_edit = conf_edit  # rewrites slurm.conf's whole text, or None
+        self._written: list[Path] = []  # files written for this configuration
         self.prefix = f"se{os.getpid()}x{next(_counter)}"
         self.ctl_ns = f"{self.prefix}c"
         self.node_ns = {node: f"{self.prefix}n{i}" for i, node in enumerate(nodes)}
@@ -297,21 +302,56 @@ class SlurmCluster:
         try:
             self._make_network()
             self._write_files()
-            conf = str(self.conf)
-            ctld = ["slurmctld", "-D", "-i", "-f", conf]
-            self._spawn("slurmctld", self.ctl_ns, CONTROLLER, ctld)
-            for node, ns in self.node_ns.items():
-                slurmd = ["slurmd", "-D", "-N", node, "-f", conf]
-                self._spawn(f"slurmd-{node}", ns, node, slurmd)
-            self._wait_idle()
+            self._start_daemons()
         except BaseException:
             self.stop()
             raise
         self.start_seconds = time.monotonic() - t0
         return self
 
-    def stop(self) -> None:
-        """Kill the daemons and all else in our namespaces; delete everything."""
+    def _start_daemons(self) -> None:
+        conf = str(self.conf)
+        ctld = ["slurmctld", "-D", "-i", "-f", conf]
+        self._spawn("slurmctld", self.ctl_ns, CONTROLLER, ctld)
+        for node, ns in self.node_ns.items():
+            slurmd = ["slurmd", "-D", "-N", node, "-f", conf]
+            self._spawn(f"slurmd-{node}", ns, node, slurmd)
+        self._wait_idle()
+
+    def reconfigure(
+        self,
+        extra_conf: str = "",
+        topology: str | None = None,
+        files: Mapping[str, str] | None = None,
+        conf_edit: Callable[[str], str] | None = None,
+    ) -> SlurmCluster:
+        """Restart the daemons of this running cluster on new configuration files (as the
+        constructor takes them), with empty state, logs and spool: a fresh cluster on the same
+        namespaces, without their cost. :class:`SlurmStartError` (with the daemons' logs) if
+        they do not come up; the cluster can then be reconfigured again. ``start_seconds`` is
+        how long the restart took."""
+        if self.tmp is None:
+            raise RuntimeError("the cluster is not running: start() it first")
+        t0 = time.monotonic()
+        self._stop_daemons()
+        for ns in self.node_ns.values():  # slurmstepd and tasks of the previous configuration
+            for pid in _ip("netns", "pids", ns, check=False).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for d in ("state", "log", "spool"):
+            shutil.rmtree(self._dir(d), ignore_errors=True)
+        for path in self._written:
+            path.unlink(missing_ok=True)
+        self.extra_conf, self.topology = extra_conf, topology
+        self.files, self.conf_edit = dict(files or {}), conf_edit
+        self._write_files()
+        self._start_daemons()
+        self.start_seconds = time.monotonic() - t0
+        return self
+
+    def _stop_daemons(self) -> None:
         for proc in self.procs.values():
             try:
                 os.killpg(proc.pid, signal.SIGTERM)  # each daemon leads its own group
@@ -328,6 +368,10 @@ class SlurmCluster:
                     pass
                 proc.wait()
         self.procs.clear()
+
+    def stop(self) -> None:
+        """Kill the daemons and all else in our namespaces; delete everything."""
+        self._stop_daemons()
         # slurmstepd, tasks and stray srun calls also live in our namespaces
         existing = _netns_list()
         for ns in [*self.node_ns.values(), self.ctl_ns]:
@@ -380,8 +424,14 @@ class SlurmCluster:
             (t / d).mkdir(parents=True, exist_ok=True)
         hosts = "".join(f"{a} {h}\n" for h, a in self.addr.items())
         self.hosts.write_text(f"127.0.0.1 localhost\n{hosts}")
-        if self.topology is not None:
-            self._dir("etc", "topology.conf").write_text(self.topology)
+        etc = str(self._dir("etc"))
+        self._written = []
+        more = {**self.files, **({} if self.topology is None else {"topology.conf": self.topology})}
+        for name, text in more.items():
+            path = self._dir("etc", name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(text.replace("@ETC@", etc).encode("utf-8", "surrogateescape"))
+            self._written.append(path)
         if release_version(self.release) >= (24, 11):
             # 24.11 and later want a cgroup.conf; 23.11 has no "disabled" plugin (slurm-facts §12)
             self._dir("etc", "cgroup.conf").write_text("CgroupPlugin=disabled\n")
@@ -390,7 +440,8 @@ class SlurmCluster:
             last = self.gpus_per_node - 1
             for i in range(self.gpus_per_node):  # the gres plugin wants char devices
                 dev = str(t / "dev" / f"nvidia{i}")
-                subprocess.run(["mknod", dev, "c", "1", "3"], check=True)
+                if not os.path.exists(dev):  # made by start(), kept by reconfigure()
+                    subprocess.run(["mknod", dev, "c", "1", "3"], check=True)
             gres = f" Gres=gpu:{self.gpus_per_node}"
             self._dir("etc", "gres.conf").write_text(
                 f"AutoDetect=off\nName=gpu File={t}/dev/nvidia[0-{last}]\n"
@@ -402,7 +453,7 @@ class SlurmCluster:
             f"{gres} State=UNKNOWN\n"
             for node in self.nodes
         )
-        self.conf.write_text(f"""\
+        conf = f"""\
 ClusterName={self.prefix}
 SlurmctldHost={CONTROLLER}({self.addr[CONTROLLER]})
 # no munge: the whole cluster runs as root on one machine
@@ -441,7 +492,10 @@ GresTypes=gpu
 {self.extra_conf}
 {node_lines}\
 PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
-""")
+"""
+        if self.conf_edit is not None:
+            conf = self.conf_edit(conf)
+        self.conf.write_bytes(conf.replace("@ETC@", etc).encode("utf-8", "surrogateescape"))
 
     def _wrap(self, ns: str, hostname: str, argv: Sequence[str]) -> list[str]:
         """``argv`` run in netns ``ns`` with our hostname and hosts file."""
@@ -470,7 +524,10 @@ PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
             dead = [name for name, p in self.procs.items() if p.poll() is not None]
             if dead:
                 raise SlurmStartError(f"daemon(s) exited: {dead}\n{self.logs()}")
-            res = self.run(["sinfo", "-h", "-N", "-o", "%N %t"], timeout=10)
+            try:  # sinfo waits for a controller that is gone: check the daemons again
+                res = self.run(["sinfo", "-h", "-N", "-o", "%N %t"], timeout=5)
+            except subprocess.TimeoutExpired:
+                continue
             states = res.stdout.strip()
             got = dict(line.split() for line in states.splitlines() if line.strip())
             if res.returncode == 0 and all(got.get(n) == "idle" for n in self.nodes):
