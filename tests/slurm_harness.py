@@ -238,6 +238,9 @@ class SlurmCluster:
         topology: str | None = None,
         files: Mapping[str, str] | None = None,
         conf_edit: Callable[[str], str] | None = None,
+        munge_plugins: Path | None = None,
+        dynamic: Sequence[str] | None = None,
+        dynamic_conf: Mapping[str, str] | None = None,
     ) -> None:
         if not 0 < len(nodes) <= 250:  # addresses .2 to .251
             raise ValueError("between 1 and 250 nodes fit the /24 subnet")
@@ -251,6 +254,13 @@ class SlurmCluster:
         self.files = dict(files or {})  # more files beside slurm.conf: name -> text
         self.conf_edit = conf_edit  # rewrites slurm.conf's whole text, or None
         self._written: list[Path] = []  # files written for this configuration
+        # auth/munge and cred/munge (plugins built for this release in this folder, see
+        # tests/build_munge_plugins.sh), one munged a host: needed by dynamic nodes, whose
+        # addresses travel in a "net credential" that cred/none cannot make
+        self.munge_plugins = munge_plugins
+        # these nodes register as dynamic nodes (slurmd -Z), one after the other in this order
+        self.dynamic = list(dynamic or [])
+        self.dynamic_conf = dict(dynamic_conf or {})  # node -> more --conf words (Topology=...)
         self.prefix = f"se{os.getpid()}x{next(_counter)}"
         self.ctl_ns = f"{self.prefix}c"
         self.node_ns = {node: f"{self.prefix}n{i}" for i, node in enumerate(nodes)}
@@ -311,12 +321,49 @@ class SlurmCluster:
 
     def _start_daemons(self) -> None:
         conf = str(self.conf)
+        if self.munge_plugins is not None:
+            for host in [CONTROLLER, *self.nodes]:  # one munged a host: each decodes a
+                sock = self._dir("munge", host)  # credential once (replays are refused)
+                self._spawn(f"munged-{host}", self.ctl_ns, CONTROLLER, [
+                    "munged", "-F", "--force", f"--socket={sock}/munge.socket",
+                    f"--key-file={self._dir('munge', 'munge.key')}",
+                    f"--pid-file={sock}/munged.pid", f"--log-file={sock}/munged.log",
+                    f"--seed-file={sock}/seed"])
+            self._wait_for(lambda: all(self._dir("munge", h, "munge.socket").exists()
+                                       for h in [CONTROLLER, *self.nodes]), "munged")
         ctld = ["slurmctld", "-D", "-i", "-f", conf]
         self._spawn("slurmctld", self.ctl_ns, CONTROLLER, ctld)
         for node, ns in self.node_ns.items():
-            slurmd = ["slurmd", "-D", "-N", node, "-f", conf]
-            self._spawn(f"slurmd-{node}", ns, node, slurmd)
+            if node not in self.dynamic:
+                self._spawn(f"slurmd-{node}", ns, node, ["slurmd", "-D", "-N", node, "-f", conf])
+        n = self.cpus_per_node
+        for node in self.dynamic:  # registered in this order: each waits for the one before
+            words = (f"NodeAddr={self.addr[node]} CPUs={n} Boards=1 SocketsPerBoard=1 "
+                     f"CoresPerSocket={n} ThreadsPerCore=1 RealMemory=2000 "
+                     f"{self.dynamic_conf.get(node, '')}").strip()
+            self._spawn(f"slurmd-{node}", self.node_ns[node], node,
+                        ["slurmd", "-D", "-N", node, "-f", conf, "-Z", "--conf", words])
+            self._wait_for(lambda node=node: node in self._node_states(), f"{node} to register")
         self._wait_idle()
+
+    def _node_states(self) -> dict[str, str]:
+        try:  # sinfo waits for a controller that is gone: the caller checks the daemons again
+            res = self.run(["sinfo", "-h", "-N", "-o", "%N %t"], timeout=5)
+        except subprocess.TimeoutExpired:
+            return {}
+        lines = res.stdout.strip().splitlines() if res.returncode == 0 else []
+        return dict(line.split() for line in lines if line.strip())
+
+    def _wait_for(self, ready: Callable[[], bool], what: str | Callable[[], str]) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        while not ready():
+            dead = [name for name, p in self.procs.items() if p.poll() is not None]
+            if dead:
+                raise SlurmStartError(f"daemon(s) exited: {dead}\n{self.logs()}")
+            if time.monotonic() > deadline:
+                said = what if isinstance(what, str) else what()
+                raise SlurmStartError(f"waited {self.start_timeout}s for {said}\n{self.logs()}")
+            time.sleep(0.2)
 
     def reconfigure(
         self,
@@ -432,6 +479,17 @@ class SlurmCluster:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(text.replace("@ETC@", etc).encode("utf-8", "surrogateescape"))
             self._written.append(path)
+        auth = "AuthType=auth/none\nCredType=cred/none"
+        if self.munge_plugins is not None:
+            for host in ["run", CONTROLLER, *self.nodes]:
+                self._dir("munge", host).mkdir(mode=0o700, parents=True, exist_ok=True)
+            key = self._dir("munge", "munge.key")
+            if not key.exists():
+                subprocess.run(["mungekey", "-c", "-k", str(key)], check=True)
+            plugins = "" if self.release is None else \
+                f"\nPluginDir={release_dir(self.release) / 'lib' / 'slurm'}:{self.munge_plugins}"
+            auth = (f"AuthType=auth/munge\nCredType=cred/munge\n"
+                    f"AuthInfo=socket={self._dir('munge', 'run', 'munge.socket')}{plugins}")
         if release_version(self.release) >= (24, 11):
             # 24.11 and later want a cgroup.conf; 23.11 has no "disabled" plugin (slurm-facts §12)
             self._dir("etc", "cgroup.conf").write_text("CgroupPlugin=disabled\n")
@@ -451,14 +509,13 @@ class SlurmCluster:
             f"NodeName={node} NodeAddr={self.addr[node]} CPUs={n} Boards=1 "
             f"SocketsPerBoard=1 CoresPerSocket={n} ThreadsPerCore=1 RealMemory=2000"
             f"{gres} State=UNKNOWN\n"
-            for node in self.nodes
-        )
+            for node in self.nodes if node not in self.dynamic
+        ) + (f"MaxNodeCount={len(self.nodes)}\n" if self.dynamic else "")
         conf = f"""\
 ClusterName={self.prefix}
 SlurmctldHost={CONTROLLER}({self.addr[CONTROLLER]})
-# no munge: the whole cluster runs as root on one machine
-AuthType=auth/none
-CredType=cred/none
+# no munge (unless munge_plugins): the whole cluster runs as root on one machine
+{auth}
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation={t}/state
@@ -500,6 +557,9 @@ PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
     def _wrap(self, ns: str, hostname: str, argv: Sequence[str]) -> list[str]:
         """``argv`` run in netns ``ns`` with our hostname and hosts file."""
         script = 'mount --bind "$1" /etc/hosts && hostname "$2" && shift 2 && exec "$@"'
+        if self.munge_plugins is not None and self.tmp is not None:  # this host's munged
+            munge = self._dir("munge")
+            script = f'mount --bind "{munge}/$2" "{munge}/run" && {script}'
         return [
             "nsenter", f"--net=/run/netns/{ns}", "unshare", "--uts", "--mount",
             "sh", "-c", script, "sh", str(self.hosts), hostname, *argv,
@@ -518,24 +578,13 @@ PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
             )
 
     def _wait_idle(self) -> None:
-        deadline = time.monotonic() + self.start_timeout
-        states = ""
-        while time.monotonic() < deadline:
-            dead = [name for name, p in self.procs.items() if p.poll() is not None]
-            if dead:
-                raise SlurmStartError(f"daemon(s) exited: {dead}\n{self.logs()}")
-            try:  # sinfo waits for a controller that is gone: check the daemons again
-                res = self.run(["sinfo", "-h", "-N", "-o", "%N %t"], timeout=5)
-            except subprocess.TimeoutExpired:
-                continue
-            states = res.stdout.strip()
-            got = dict(line.split() for line in states.splitlines() if line.strip())
-            if res.returncode == 0 and all(got.get(n) == "idle" for n in self.nodes):
-                return
-            time.sleep(0.2)
-        raise SlurmStartError(
-            f"nodes not idle after {self.start_timeout}s: {states!r}\n{self.logs()}"
-        )
+        states: dict[str, str] = {}
+
+        def idle() -> bool:
+            states.update(self._node_states())
+            return all(states.get(n) == "idle" for n in self.nodes)
+
+        self._wait_for(idle, lambda: f"idle nodes (last seen: {states})")
 
     def logs(self, lines: int = 25) -> str:
         """The tails of all daemon logs, for error messages."""
