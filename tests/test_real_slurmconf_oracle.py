@@ -26,6 +26,7 @@ import os
 import random
 import re
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -52,6 +53,9 @@ FEATURES = {
     "the forms that matter before 26.05 (TopologyParam=SwitchAsNodeRank/BlockAsNodeRank reorder "
     "the node table): every task right, or every task refuses": (
         "25.11.7", ["test_every_form_is_right_or_refused_in_every_task[node-rank]"]),
+    "dynamic nodes (slurmd -Z, auth/munge) registered out of name order, with and without "
+    "topology/tree: steps follow registration order; every task right, or every task refuses": (
+        "25.11.7,26.05.3", ["test_dynamic_nodes_registered_out_of_name_order"]),
 }
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -501,3 +505,72 @@ def test_every_form_is_right_or_refused_in_every_task(
         o.form.text() + "\n  " + "\n  ".join(o.failures) for o in failed) + "\n\n" + text
     ran = [o for o in outcomes if not o.rejected]
     assert len(ran) >= len(outcomes) // 2, f"the controller refused most forms:\n{text}"
+
+
+# -- dynamic nodes ------------------------------------------------------------------------------
+#: The order the dynamic nodes register in (each waits for the one before).
+REGISTERED = ("n3", "n1", "n4", "n2")
+#: Each dynamic node's leaf switch (slurmd -Z --conf "Topology=default:LEAF"), under a
+#: topology.conf of empty switches: the same fabric as TREE_CONF.
+DYNAMIC_LEAF = {"n2": "sa", "n1": "sb", "n3": "sc", "n4": "sc"}
+#: The order 26.05 fills a step in under that tree: leaf switch by leaf switch.
+TREE_ORDER = ["n2", "n1", "n3", "n4"]
+EMPTY_TREE = "SwitchName=sa\nSwitchName=sb\nSwitchName=sc\nSwitchName=top Switches=sa,sb,sc\n"
+
+
+def munge_plugins(release: str) -> Path:
+    """Slurm ``release``'s auth/munge and cred/munge plugins, built once
+    (tests/build_munge_plugins.sh): dynamic nodes need a credential plugin cred/none is not."""
+    from slurm_harness import release_dir
+
+    script = ROOT / "tests" / "build_munge_plugins.sh"
+    res = subprocess.run(["sh", str(script), release], capture_output=True, text=True,
+                         check=False, timeout=900)
+    if res.returncode != 0:
+        pytest.skip(f"Slurm {release}'s munge plugins cannot be built here: {res.stderr[-500:]}")
+    return release_dir(release) / "munge-plugins"
+
+
+@pytest.mark.parametrize("topology", ["none", "tree"])
+def test_dynamic_nodes_registered_out_of_name_order(slurm_release: str | None,
+                                                    topology: str) -> None:
+    """Nodes that register as dynamic nodes, n3 n1 n4 n2: the node table (and so
+    SLURM_JOB_NODELIST, SLURM_NODEID and a block step's layout) takes registration order on
+    25.11 and 26.05, not name order, and slurmenv, which reads that list, is right in every
+    task. Under topology/tree (the nodes placed with --conf Topology=default:LEAF) 26.05 lays
+    steps out leaf switch by leaf switch; every task is right or refuses alike."""
+    assert slurm_release is not None, "dynamic nodes run on releases built from source"
+    if not release_built(slurm_release):
+        pytest.skip(f"Slurm {slurm_release} is not built (sh tests/build_slurm.sh {slurm_release})")
+    if shutil.which("munged") is None or shutil.which("mungekey") is None:
+        pytest.skip("munge is not installed (apt-get install munge; build_munge_plugins.sh does)")
+    plugins = munge_plugins(slurm_release)
+    tree = topology == "tree"
+    cluster = SlurmCluster(
+        nodes=NODES, release=slurm_release, start_timeout=30, munge_plugins=plugins,
+        dynamic=REGISTERED, extra_conf=TREE if tree else "",
+        topology=EMPTY_TREE if tree else None,
+        dynamic_conf={n: f"Topology=default:{leaf}" for n, leaf in DYNAMIC_LEAF.items()}
+        if tree else None)
+    try:
+        cluster.start()
+    except SlurmUnavailable as exc:
+        pytest.skip(f"real Slurm cluster unavailable: {exc}")
+    try:
+        failures, seen = [], []
+        for name, rc, stdout, stderr in _run_steps(cluster):
+            got = _probe_records(stdout)
+            assert rc == 0 and got, f"{name}: {stderr}"
+            said, wrong = verdict(got)
+            seen.append(f"{name}: {said}")
+            failures += [f"{name}: {w}" for w in wrong]
+            if name.startswith("per-node"):
+                hosts = [got[r]["hostname"] for r in range(4)]
+                # 25.11 has no topology layout (test_real_topology.py): registration order
+                want = TREE_ORDER if tree and slurm_release >= "26.05" else list(REGISTERED)
+                assert hosts == want, f"Slurm's order changed: {hosts}"
+        print(f"\ndynamic nodes on Slurm {slurm_release}, topology {topology}:\n  "
+              + "\n  ".join(seen))
+        assert not failures, "\n".join(failures + seen)
+    finally:
+        cluster.stop()
