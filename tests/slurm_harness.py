@@ -39,7 +39,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -236,6 +236,11 @@ class SlurmCluster:
         extra_conf: str = "",
         release: str | None = None,
         topology: str | None = None,
+        files: Mapping[str, str] | None = None,
+        conf_edit: Callable[[str], str] | None = None,
+        munge_plugins: Path | None = None,
+        dynamic: Sequence[str] | None = None,
+        dynamic_conf: Mapping[str, str] | None = None,
     ) -> None:
         if not 0 < len(nodes) <= 250:  # addresses .2 to .251
             raise ValueError("between 1 and 250 nodes fit the /24 subnet")
@@ -246,6 +251,16 @@ class SlurmCluster:
         self.extra_conf = extra_conf  # slurm.conf lines, e.g. "TaskProlog=/path"
         self.release = release  # None: Debian's 22.05; else a version built under SLURM_PREFIX
         self.topology = topology  # topology.conf's text, or None for no file
+        self.files = dict(files or {})  # more files beside slurm.conf: name -> text
+        self.conf_edit = conf_edit  # rewrites slurm.conf's whole text, or None
+        self._written: list[Path] = []  # files written for this configuration
+        # auth/munge and cred/munge (plugins built for this release in this folder, see
+        # tests/build_munge_plugins.sh), one munged a host: needed by dynamic nodes, whose
+        # addresses travel in a "net credential" that cred/none cannot make
+        self.munge_plugins = munge_plugins
+        # these nodes register as dynamic nodes (slurmd -Z), one after the other in this order
+        self.dynamic = list(dynamic or [])
+        self.dynamic_conf = dict(dynamic_conf or {})  # node -> more --conf words (Topology=...)
         self.prefix = f"se{os.getpid()}x{next(_counter)}"
         self.ctl_ns = f"{self.prefix}c"
         self.node_ns = {node: f"{self.prefix}n{i}" for i, node in enumerate(nodes)}
@@ -297,21 +312,93 @@ class SlurmCluster:
         try:
             self._make_network()
             self._write_files()
-            conf = str(self.conf)
-            ctld = ["slurmctld", "-D", "-i", "-f", conf]
-            self._spawn("slurmctld", self.ctl_ns, CONTROLLER, ctld)
-            for node, ns in self.node_ns.items():
-                slurmd = ["slurmd", "-D", "-N", node, "-f", conf]
-                self._spawn(f"slurmd-{node}", ns, node, slurmd)
-            self._wait_idle()
+            self._start_daemons()
         except BaseException:
             self.stop()
             raise
         self.start_seconds = time.monotonic() - t0
         return self
 
-    def stop(self) -> None:
-        """Kill the daemons and all else in our namespaces; delete everything."""
+    def _start_daemons(self) -> None:
+        conf = str(self.conf)
+        if self.munge_plugins is not None:
+            for host in [CONTROLLER, *self.nodes]:  # one munged a host: each decodes a
+                sock = self._dir("munge", host)  # credential once (replays are refused)
+                self._spawn(f"munged-{host}", self.ctl_ns, CONTROLLER, [
+                    "munged", "-F", "--force", f"--socket={sock}/munge.socket",
+                    f"--key-file={self._dir('munge', 'munge.key')}",
+                    f"--pid-file={sock}/munged.pid", f"--log-file={sock}/munged.log",
+                    f"--seed-file={sock}/seed"])
+            self._wait_for(lambda: all(self._dir("munge", h, "munge.socket").exists()
+                                       for h in [CONTROLLER, *self.nodes]), "munged")
+        ctld = ["slurmctld", "-D", "-i", "-f", conf]
+        self._spawn("slurmctld", self.ctl_ns, CONTROLLER, ctld)
+        for node, ns in self.node_ns.items():
+            if node not in self.dynamic:
+                self._spawn(f"slurmd-{node}", ns, node, ["slurmd", "-D", "-N", node, "-f", conf])
+        n = self.cpus_per_node
+        for node in self.dynamic:  # registered in this order: each waits for the one before
+            words = (f"NodeAddr={self.addr[node]} CPUs={n} Boards=1 SocketsPerBoard=1 "
+                     f"CoresPerSocket={n} ThreadsPerCore=1 RealMemory=2000 "
+                     f"{self.dynamic_conf.get(node, '')}").strip()
+            self._spawn(f"slurmd-{node}", self.node_ns[node], node,
+                        ["slurmd", "-D", "-N", node, "-f", conf, "-Z", "--conf", words])
+            self._wait_for(lambda node=node: node in self._node_states(), f"{node} to register")
+        self._wait_idle()
+
+    def _node_states(self) -> dict[str, str]:
+        try:  # sinfo waits for a controller that is gone: the caller checks the daemons again
+            res = self.run(["sinfo", "-h", "-N", "-o", "%N %t"], timeout=5)
+        except subprocess.TimeoutExpired:
+            return {}
+        lines = res.stdout.strip().splitlines() if res.returncode == 0 else []
+        return dict(line.split() for line in lines if line.strip())
+
+    def _wait_for(self, ready: Callable[[], bool], what: str | Callable[[], str]) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        while not ready():
+            dead = [name for name, p in self.procs.items() if p.poll() is not None]
+            if dead:
+                raise SlurmStartError(f"daemon(s) exited: {dead}\n{self.logs()}")
+            if time.monotonic() > deadline:
+                said = what if isinstance(what, str) else what()
+                raise SlurmStartError(f"waited {self.start_timeout}s for {said}\n{self.logs()}")
+            time.sleep(0.2)
+
+    def reconfigure(
+        self,
+        extra_conf: str = "",
+        topology: str | None = None,
+        files: Mapping[str, str] | None = None,
+        conf_edit: Callable[[str], str] | None = None,
+    ) -> SlurmCluster:
+        """Restart the daemons of this running cluster on new configuration files (as the
+        constructor takes them), with empty state, logs and spool: a fresh cluster on the same
+        namespaces, without their cost. :class:`SlurmStartError` (with the daemons' logs) if
+        they do not come up; the cluster can then be reconfigured again. ``start_seconds`` is
+        how long the restart took."""
+        if self.tmp is None:
+            raise RuntimeError("the cluster is not running: start() it first")
+        t0 = time.monotonic()
+        self._stop_daemons()
+        for ns in self.node_ns.values():  # slurmstepd and tasks of the previous configuration
+            for pid in _ip("netns", "pids", ns, check=False).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for d in ("state", "log", "spool"):
+            shutil.rmtree(self._dir(d), ignore_errors=True)
+        for path in self._written:
+            path.unlink(missing_ok=True)
+        self.extra_conf, self.topology = extra_conf, topology
+        self.files, self.conf_edit = dict(files or {}), conf_edit
+        self._write_files()
+        self._start_daemons()
+        self.start_seconds = time.monotonic() - t0
+        return self
+
+    def _stop_daemons(self) -> None:
         for proc in self.procs.values():
             try:
                 os.killpg(proc.pid, signal.SIGTERM)  # each daemon leads its own group
@@ -328,6 +415,10 @@ class SlurmCluster:
                     pass
                 proc.wait()
         self.procs.clear()
+
+    def stop(self) -> None:
+        """Kill the daemons and all else in our namespaces; delete everything."""
+        self._stop_daemons()
         # slurmstepd, tasks and stray srun calls also live in our namespaces
         existing = _netns_list()
         for ns in [*self.node_ns.values(), self.ctl_ns]:
@@ -380,8 +471,25 @@ class SlurmCluster:
             (t / d).mkdir(parents=True, exist_ok=True)
         hosts = "".join(f"{a} {h}\n" for h, a in self.addr.items())
         self.hosts.write_text(f"127.0.0.1 localhost\n{hosts}")
-        if self.topology is not None:
-            self._dir("etc", "topology.conf").write_text(self.topology)
+        etc = str(self._dir("etc"))
+        self._written = []
+        more = {**self.files, **({} if self.topology is None else {"topology.conf": self.topology})}
+        for name, text in more.items():
+            path = self._dir("etc", name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(text.replace("@ETC@", etc).encode("utf-8", "surrogateescape"))
+            self._written.append(path)
+        auth = "AuthType=auth/none\nCredType=cred/none"
+        if self.munge_plugins is not None:
+            for host in ["run", CONTROLLER, *self.nodes]:
+                self._dir("munge", host).mkdir(mode=0o700, parents=True, exist_ok=True)
+            key = self._dir("munge", "munge.key")
+            if not key.exists():
+                subprocess.run(["mungekey", "-c", "-k", str(key)], check=True)
+            plugins = "" if self.release is None else \
+                f"\nPluginDir={release_dir(self.release) / 'lib' / 'slurm'}:{self.munge_plugins}"
+            auth = (f"AuthType=auth/munge\nCredType=cred/munge\n"
+                    f"AuthInfo=socket={self._dir('munge', 'run', 'munge.socket')}{plugins}")
         if release_version(self.release) >= (24, 11):
             # 24.11 and later want a cgroup.conf; 23.11 has no "disabled" plugin (slurm-facts §12)
             self._dir("etc", "cgroup.conf").write_text("CgroupPlugin=disabled\n")
@@ -390,7 +498,8 @@ class SlurmCluster:
             last = self.gpus_per_node - 1
             for i in range(self.gpus_per_node):  # the gres plugin wants char devices
                 dev = str(t / "dev" / f"nvidia{i}")
-                subprocess.run(["mknod", dev, "c", "1", "3"], check=True)
+                if not os.path.exists(dev):  # made by start(), kept by reconfigure()
+                    subprocess.run(["mknod", dev, "c", "1", "3"], check=True)
             gres = f" Gres=gpu:{self.gpus_per_node}"
             self._dir("etc", "gres.conf").write_text(
                 f"AutoDetect=off\nName=gpu File={t}/dev/nvidia[0-{last}]\n"
@@ -400,14 +509,13 @@ class SlurmCluster:
             f"NodeName={node} NodeAddr={self.addr[node]} CPUs={n} Boards=1 "
             f"SocketsPerBoard=1 CoresPerSocket={n} ThreadsPerCore=1 RealMemory=2000"
             f"{gres} State=UNKNOWN\n"
-            for node in self.nodes
-        )
-        self.conf.write_text(f"""\
+            for node in self.nodes if node not in self.dynamic
+        ) + (f"MaxNodeCount={len(self.nodes)}\n" if self.dynamic else "")
+        conf = f"""\
 ClusterName={self.prefix}
 SlurmctldHost={CONTROLLER}({self.addr[CONTROLLER]})
-# no munge: the whole cluster runs as root on one machine
-AuthType=auth/none
-CredType=cred/none
+# no munge (unless munge_plugins): the whole cluster runs as root on one machine
+{auth}
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation={t}/state
@@ -441,11 +549,17 @@ GresTypes=gpu
 {self.extra_conf}
 {node_lines}\
 PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
-""")
+"""
+        if self.conf_edit is not None:
+            conf = self.conf_edit(conf)
+        self.conf.write_bytes(conf.replace("@ETC@", etc).encode("utf-8", "surrogateescape"))
 
     def _wrap(self, ns: str, hostname: str, argv: Sequence[str]) -> list[str]:
         """``argv`` run in netns ``ns`` with our hostname and hosts file."""
         script = 'mount --bind "$1" /etc/hosts && hostname "$2" && shift 2 && exec "$@"'
+        if self.munge_plugins is not None and self.tmp is not None:  # this host's munged
+            munge = self._dir("munge")
+            script = f'mount --bind "{munge}/$2" "{munge}/run" && {script}'
         return [
             "nsenter", f"--net=/run/netns/{ns}", "unshare", "--uts", "--mount",
             "sh", "-c", script, "sh", str(self.hosts), hostname, *argv,
@@ -464,21 +578,13 @@ PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
             )
 
     def _wait_idle(self) -> None:
-        deadline = time.monotonic() + self.start_timeout
-        states = ""
-        while time.monotonic() < deadline:
-            dead = [name for name, p in self.procs.items() if p.poll() is not None]
-            if dead:
-                raise SlurmStartError(f"daemon(s) exited: {dead}\n{self.logs()}")
-            res = self.run(["sinfo", "-h", "-N", "-o", "%N %t"], timeout=10)
-            states = res.stdout.strip()
-            got = dict(line.split() for line in states.splitlines() if line.strip())
-            if res.returncode == 0 and all(got.get(n) == "idle" for n in self.nodes):
-                return
-            time.sleep(0.2)
-        raise SlurmStartError(
-            f"nodes not idle after {self.start_timeout}s: {states!r}\n{self.logs()}"
-        )
+        states: dict[str, str] = {}
+
+        def idle() -> bool:
+            states.update(self._node_states())
+            return all(states.get(n) == "idle" for n in self.nodes)
+
+        self._wait_for(idle, lambda: f"idle nodes (last seen: {states})")
 
     def logs(self, lines: int = 25) -> str:
         """The tails of all daemon logs, for error messages."""
