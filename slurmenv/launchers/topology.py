@@ -30,24 +30,26 @@ every task, naming the setting and the fixes that work on 26.05.
 
 from __future__ import annotations
 
+import re
+
 from .. import nodes
-from .. import readfile as files
 from ..errors import SlurmEnvError
 from ..lean import TYPE_CHECKING, NamedTuple
+from . import slurmconf
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
 #: Set by Slurm 26.05 and later in every task: the release whose block layout follows topology.
 RELEASE_VARIABLE = "SLURM_JOB_SLUID"
-#: Files of slurm.conf's includes followed at most, and their depth.
-MAX_INCLUDES = 16
 #: The topology plugins whose order is reproduced here (the value of TopologyPlugin).
 ORDERED = ("topology/tree", "topology/block")
-#: TopologyPlugin values that are Slurm's flat default (no order of its own without topology.yaml).
-FLAT = ("", "none", "default", "topology/none", "topology/default", "topology/flat")
+#: TopologyPlugin values that Slurm turns into its flat default (``read_config.c``, compared
+#: without case; ``topology/flat`` itself is compared as written).
+FLAT = ("none", "default", "topology/none", "topology/default")
 FIX = (
-    "pass -m cyclic or -m plane=N to srun (Slurm 26.05 lays those out in node-list order "
+    "run the step with `srun --mpi=pmi2` (slurmenv then asks the step through Slurm's PMI), "
+    "or pass -m cyclic or -m plane=N to srun (Slurm 26.05 lays those out in node-list order "
     "whatever the topology), or -m arbitrary with a host file (SLURM_HOSTFILE); or ask the "
     "administrators for SelectTypeParameters=...,CR_NO_DIST_TOPO_BLOCK in slurm.conf"
 )
@@ -81,34 +83,46 @@ def node_order(environ: Mapping[str, str], hosts: Sequence[str]) -> NodeOrder:
         raise _refuse("SLURM_CONF is unset (Slurm 26.05 sets it in every task)", "SLURM_CONF",
                       None, "run slurmenv in the srun task itself, where Slurm sets SLURM_CONF; "
                       "or " + FIX)
+    if "/" not in conf:
+        raise _refuse("SLURM_CONF is a relative path (Slurm reads the files beside it from its "
+                      "own folder)", "SLURM_CONF", conf,
+                      "run slurmenv in the srun task itself, where Slurm sets SLURM_CONF; or "
+                      + FIX)
     settings = read_slurm_conf(conf)
-    folder = conf.rpartition("/")[0] or "."
-    yaml = f"{folder}/topology.yaml"
+    folder = conf[:conf.rfind("/") + 1]  # get_extra_conf_path: the files beside SLURM_CONF
+    yaml = f"{folder}topology.yaml"
     if _exists(yaml):
         raise _refuse(f"{yaml} configures the topology, which slurmenv does not read",
                       "SLURM_CONF", conf)
-    if any(part.strip().lower() == "cr_no_dist_topo_block"
+    # parse_select_type_param: strtok at commas, each token compared without case
+    if any(part.lower() == "cr_no_dist_topo_block"
            for part in settings.get("selecttypeparameters", "").split(",")):
         return NodeOrder(None, "SelectTypeParameters holds CR_NO_DIST_TOPO_BLOCK: node-list order")
-    plugin = settings.get("topologyplugin", "").strip().lower()
-    if plugin in FLAT:
+    plugin = settings.get("topologyplugin")
+    if plugin is None or plugin.lower() in FLAT or plugin == "topology/flat":
         return NodeOrder(None, "no topology plugin in slurm.conf: node-list order")
     select = settings.get("selecttype", "select/cons_tres")
-    if select.strip().lower() != "select/cons_tres":  # node ranks come from cons_tres
+    if select != "select/cons_tres":  # node ranks come from cons_tres
         raise _refuse(f"SelectType={select} in {conf} with {plugin} is not reproduced",
                       "SLURM_CONF", conf)
     if plugin not in ORDERED:
-        raise _refuse(f"TopologyPlugin={settings['topologyplugin']} in {conf} orders tasks in a "
-                      "way slurmenv does not reproduce", "SLURM_CONF", conf)
-    path = f"{folder}/topology.conf"
-    text = files.read_text(path, "SLURM_CONF", f"make {path} a readable regular file")
-    if text is None:
+        raise _refuse(f"TopologyPlugin={plugin} in {conf} orders tasks in a way slurmenv does "
+                      "not reproduce", "SLURM_CONF", conf)
+    path = f"{folder}topology.conf"
+    data = _read_topology(path)
+    if data is None:
         raise _refuse(f"{path} ({plugin}) cannot be read here", "SLURM_CONF", conf,
                       f"make {path} readable on every node, or " + FIX)
-    ranks = tree_ranks(text, path, hosts) if plugin == "topology/tree" \
-        else block_ranks(text, path, hosts)
+    ranks = tree_ranks(data, path, hosts) if plugin == "topology/tree" \
+        else block_ranks(data, path, hosts)
     order = sorted(range(len(hosts)), key=lambda i: (ranks[i], i))
     return NodeOrder(order, f"{plugin}, {path}")
+
+
+def _read_topology(path: str) -> bytes | None:
+    from .. import readfile
+
+    return readfile.read(path, "SLURM_CONF", f"make {path} a readable regular file")
 
 
 def _exists(path: str) -> bool:
@@ -122,96 +136,100 @@ def _exists(path: str) -> bool:
 
 
 # -- slurm.conf ------------------------------------------------------------------------------
-#: The slurm.conf keys read (lower case); every other line is skipped unread.
-KEYS = ("topologyplugin", "selecttypeparameters", "selecttype")
+#: The global slurm.conf keys read (lower case); every other statement is skipped unread.
+KEYS = ("topologyplugin", "topologyparam", "selecttype", "selecttypeparameters")
 
 
 def read_slurm_conf(path: str) -> dict[str, str]:
-    """The values of :data:`KEYS` in slurm.conf at ``path`` and the files it includes (the
-    last value wins, as in Slurm); refuses an unreadable file, an include slurmenv cannot
-    follow exactly (``%`` formats, globs), and a line naming a key in a way it cannot read."""
-    found: dict[str, str] = {}
-    pending = [(path, 0)]
-    seen = 0
-    folder = path.rpartition("/")[0] or "."
-    while pending:
-        name, depth = pending.pop(0)
-        seen += 1
-        if seen > MAX_INCLUDES or depth > 4:
-            raise _refuse(f"{path} includes more than {MAX_INCLUDES} files", "SLURM_CONF", path)
-        text = files.read_text(name, "SLURM_CONF", "SLURM_CONF must name slurm.conf")
-        if text is None:
-            raise _refuse(f"{name} cannot be read here", "SLURM_CONF", path,
-                          f"make {name} readable on every node (Slurm's commands need it too), or "
-                          + FIX)
-        for line in _lines(text, name):
-            head, _, rest = line.partition(" ")
-            if head.lower() == "include" and rest.strip():
-                target = rest.strip()
-                if any(c in target for c in "%*?[ \t"):
-                    raise _refuse(f"{name} includes {target!r}, which slurmenv does not expand",
-                                  "SLURM_CONF", path)
-                pending.append((target if target.startswith("/") else f"{folder}/{target}",
-                                depth + 1))
-                continue
-            lowered = line.lower()
-            if not any(key in lowered for key in KEYS):
-                continue
-            if '"' in line or "'" in line:
-                raise _refuse(f"{name} has a quoted line naming {', '.join(KEYS)}: {line!r}",
-                              "SLURM_CONF", path)
-            for token in line.split():
-                key, eq, value = token.partition("=")
-                if eq and key.lower() in KEYS:
-                    found[key.lower()] = value
-    return found
+    """The settings the resolver uses: the values of the global :data:`KEYS` in slurm.conf at
+    ``path`` (``SLURM_CONF``) and the files it includes, read as Slurm reads them
+    (``slurmconf.py``; the last value of a key wins). Refused (SlurmEnvError naming
+    ``SLURM_CONF``): an unreadable file and every form ``slurmconf`` refuses."""
+    try:
+        return slurmconf.settings(path, KEYS)
+    except slurmconf.Refused as exc:
+        raise _unread(exc, path) from None
 
 
-def _lines(text: str, name: str) -> list[str]:
-    """The lines of a Slurm configuration file without comments and blank lines; a line
-    with a backslash (an escape or a continuation) is refused, never half read."""
-    out = []
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        if "\\" in line:
-            raise _refuse(f"{name} has a line with a backslash, which slurmenv does not read: "
-                          f"{line!r}", "SLURM_CONF", name)
-        out.append(line)
-    return out
+def _unread(exc: slurmconf.Refused, conf: str) -> SlurmEnvError:
+    what = str(exc)
+    if what.endswith("cannot be read here"):
+        name = what.removesuffix(" cannot be read here")
+        return _refuse(what, "SLURM_CONF", conf,
+                       f"make {name} readable on every node (Slurm's commands need it too), or "
+                       + FIX)
+    return _refuse(f"{what}, a form slurmenv does not read", "SLURM_CONF", conf,
+                   "write the line in the plain form `Key=value` (see docs/topology.md), or "
+                   + FIX)
 
 
 # -- topology.conf ---------------------------------------------------------------------------
-def _records(text: str, path: str, first: str, allowed: tuple[str, ...],
-             alone: tuple[str, ...] = ()) -> tuple[list[dict[str, str]], dict[str, str]]:
-    """The lines of ``topology.conf`` beginning with ``first`` (``SwitchName``) as dicts of
-    their keys (lower case), and the keys of ``alone`` given on lines of their own; refuses
-    any other line, key, repeated key or empty value."""
-    records: list[dict[str, str]] = []
+#: Slurm's longest range in a node list (hostlist.c MAX_RANGE = MAX_SLURM_NODES): a longer
+#: one is an invalid node name, and slurmctld does not start.
+MAX_RANGE = 65536
+#: Names read at most from one topology.conf: the largest step slurmenv resolves.
+MAX_NAMES = nodes.MAX_NODES
+#: The node lists read: names of letters, digits, ``.``, ``_`` and ``-``, each with at most one
+#: bracket of numbers and ranges (``rack1-n[01-16,20]-ib``), which python-hostlist expands as
+#: Slurm's hostlist.c does (the width of a range is its first number's).
+_NAME = r"[A-Za-z0-9._-]"
+_PART = rf"{_NAME}+(?:\[([0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*)\]{_NAME}*)?"
+_PARTS = re.compile(_PART)
+_LIST = re.compile(rf"{_PART}(?:,{_PART})*")
+#: Longest switch name (HOST_NAME_MAX).
+MAX_SWITCH_NAME = 64
+
+
+def _names_in(expression: str, where: str, budget: list[int]) -> list[str]:
+    """The names of a ``Nodes=`` list, counted before python-hostlist expands them: a range
+    of more than :data:`MAX_RANGE` names is refused as Slurm refuses it, and so is a file
+    naming more than :data:`MAX_NAMES` in all (``budget[0]``: what is left). The cost is
+    that of the names the file really holds, at most the largest step's."""
+    if _LIST.fullmatch(expression) is None:
+        raise slurmconf.Refused(f"{where}: a node list slurmenv does not read: {expression!r}")
+    count = 0
+    for part in _PARTS.finditer(expression):
+        for span in (part[1] or "0").split(","):
+            low, _, high = span.partition("-")
+            size = int(high or low) - int(low) + 1
+            if not 1 <= size <= MAX_RANGE:
+                raise slurmconf.Refused(f"{where}: the range [{span}] is not 1 to {MAX_RANGE} "
+                                        "names (slurmctld refuses it)")
+            count += size
+    budget[0] -= count
+    if budget[0] < 0:
+        raise slurmconf.Refused(f"{where}: the file names more than {MAX_NAMES} nodes")
+    return nodes.expand(expression, f"Nodes= in {where}")
+
+
+class _Record(NamedTuple):
+    name: str
+    keys: dict[str, str]  # sub-key (lower case) -> its last value
+    where: str
+
+
+def _records(text: str | bytes, path: str, line_key: str, sub_keys: tuple[str, ...],
+             plain: tuple[str, ...] = ()) -> tuple[list[_Record], dict[str, str]]:
+    """topology.conf (``text``, read from ``path``, and what it includes) as Slurm's tables
+    read it: the ``line_key`` lines (``SwitchName``) with their ``sub_keys``, and the values
+    of the ``plain`` keys (``BlockSizes``). Refused: any other key, an operator, a line
+    Slurm would not parse, an empty name or value."""
+    data = text.encode() if isinstance(text, str) else text
+    reader = slurmconf.Reader(path, "SLURM_CONF", cluster_key=False)
+    records: list[_Record] = []
     single: dict[str, str] = {}
-    for line in _lines(text, path):
-        record: dict[str, str] = {}
-        for token in line.split():
-            key, eq, value = token.partition("=")
-            key = key.lower()
-            if not eq or not value or key in record or '"' in value or "'" in value:
-                raise _refuse(f"{path} has a line slurmenv cannot read: {line!r}", "SLURM_CONF",
-                              path, f"fix {path} (Slurm reads key=value pairs), or " + FIX)
-            record[key] = value
-        keys = list(record)
-        if keys[0] in alone and len(keys) == 1:
-            single[keys[0]] = record[keys[0]]
+    for statement in reader.text_statements(data, path):
+        first, rest, where = statement
+        key = first.key.lower()
+        if rest is None or first.op or any(p.op for p in rest) or not first.value:
+            raise slurmconf.Refused(f"{where} is a line slurmenv does not read as Slurm does")
+        if key in plain and not rest:
+            single[key] = first.value
             continue
-        if keys[0] != first or any(k not in allowed for k in keys[1:]):
-            raise _refuse(f"{path} has a line slurmenv does not know: {line!r}", "SLURM_CONF",
-                          path, f"fix {path}, or " + FIX)
-        records.append(record)
+        if key != line_key or any(p.key.lower() not in sub_keys or not p.value for p in rest):
+            raise slurmconf.Refused(f"{where} has a key Slurm does not know there")
+        records.append(_Record(first.value, {p.key.lower(): p.value for p in rest}, where))
     return records, single
-
-
-def _members(expression: str, path: str) -> list[str]:
-    return nodes.expand(expression, f"Nodes= in {path}")
 
 
 def _rank_of(groups: list[list[str]], hosts: Sequence[str], first: int, path: str) -> list[int]:
@@ -233,28 +251,48 @@ def _rank_of(groups: list[list[str]], hosts: Sequence[str], first: int, path: st
     return [rank[host] for host in hosts]
 
 
-def tree_ranks(text: str, path: str, hosts: Sequence[str]) -> list[int]:
+def tree_ranks(text: str | bytes, path: str, hosts: Sequence[str]) -> list[int]:
     """topology/tree: the rank of each of ``hosts`` (see the module's docstring)."""
-    records, _ = _records(text, path, "switchname", ("nodes", "switches", "linkspeed"))
-    names = [r["switchname"] for r in records]
-    if len(set(names)) != len(names):
-        raise _refuse(f"{path} defines a switch twice", "SLURM_CONF", path)
-    leaves = []
-    for record in records:
-        if "nodes" in record and "switches" in record:
-            raise _refuse(f"{path}: switch {record['switchname']} has both nodes and switches",
-                          "SLURM_CONF", path)
-        if "switches" not in record:  # a leaf switch, possibly empty (Slurm's level 0)
-            leaves.append(_members(record["nodes"], path) if "nodes" in record else [])
+    try:
+        records, _ = _records(text, path, "switchname", ("nodes", "switches", "linkspeed"))
+        leaves = _leaves(records)
+    except slurmconf.Refused as exc:
+        raise _unread(exc, path) from None
     return _rank_of(leaves, hosts, 1, path)
 
 
-def block_ranks(text: str, path: str, hosts: Sequence[str]) -> list[int]:
+def _leaves(records: list[_Record]) -> list[list[str]]:
+    """The leaf switches' nodes, in file order (``switch_record_validate``)."""
+    names = [r.name for r in records]
+    if not records or len(set(names)) != len(names):
+        raise slurmconf.Refused("no switch, or a switch defined twice (slurmctld refuses it)")
+    budget = [MAX_NAMES]
+    leaves = []
+    for record in records:
+        speed = record.keys.get("linkspeed", "1")
+        if len(record.name) > MAX_SWITCH_NAME or not speed.isdigit() or not speed.isascii():
+            raise slurmconf.Refused(f"{record.where}: a switch name longer than "
+                                    f"{MAX_SWITCH_NAME} or a LinkSpeed that is not a number")
+        if "nodes" in record.keys and "switches" in record.keys:
+            raise slurmconf.Refused(f"{record.where}: switch {record.name} has both nodes and "
+                                    "switches (slurmctld refuses it)")
+        if "switches" not in record.keys:  # a leaf switch, possibly empty (Slurm's level 0)
+            leaves.append(_names_in(record.keys["nodes"], record.where, budget)
+                          if "nodes" in record.keys else [])
+    return leaves
+
+
+def block_ranks(text: str | bytes, path: str, hosts: Sequence[str]) -> list[int]:
     """topology/block: the rank of each of ``hosts`` (BlockSizes changes which nodes a job
     gets, not their order)."""
-    records, _ = _records(text, path, "blockname", ("nodes",), ("blocksizes",))
-    names = [r["blockname"] for r in records]
-    if not records or len(set(names)) != len(names):
-        raise _refuse(f"{path} defines no block, or a block twice", "SLURM_CONF", path)
-    return _rank_of([_members(r["nodes"], path) if "nodes" in r else [] for r in records],
-                    hosts, 0, path)
+    try:
+        records, _ = _records(text, path, "blockname", ("nodes",), ("blocksizes",))
+        names = [r.name for r in records]
+        if not records or len(set(names)) != len(names):
+            raise slurmconf.Refused(f"{path} defines no block, or a block twice")
+        budget = [MAX_NAMES]
+        groups = [_names_in(r.keys["nodes"], r.where, budget) if "nodes" in r.keys else []
+                  for r in records]
+    except slurmconf.Refused as exc:
+        raise _unread(exc, path) from None
+    return _rank_of(groups, hosts, 0, path)
