@@ -115,3 +115,27 @@ def parse(lib: ctypes.CDLL, path: Path, plain: tuple[str, ...],
             parsed.values[key.lower()] = (out.value or b"").decode("latin-1")
     # the tables are left to leak: their array data points at our own memory
     return parsed
+
+
+def hostlist(lib: ctypes.CDLL, expression: str, most: int = 200_000) -> list[str] | None:
+    """Slurm's expansion of a node list (``hostlist_create``, then ``hostlist_shift``); None
+    when Slurm refuses it (or it holds more than ``most`` names)."""
+    lib.slurm_hostlist_create.restype = ctypes.c_void_p
+    lib.slurm_hostlist_create.argtypes = [ctypes.c_char_p]
+    lib.slurm_hostlist_count.argtypes = [ctypes.c_void_p]
+    lib.slurm_hostlist_shift.restype = ctypes.c_void_p
+    lib.slurm_hostlist_shift.argtypes = [ctypes.c_void_p]
+    lib.slurm_hostlist_destroy.argtypes = [ctypes.c_void_p]
+    created = lib.slurm_hostlist_create(expression.encode())
+    if not created:
+        return None
+    try:
+        if lib.slurm_hostlist_count(created) > most:
+            return None
+        names = []
+        while name := lib.slurm_hostlist_shift(created):
+            names.append(ctypes.string_at(name).decode("latin-1"))
+            ctypes.CDLL(None).free(ctypes.c_void_p(name))
+        return names
+    finally:
+        lib.slurm_hostlist_destroy(created)

@@ -242,3 +242,59 @@ def test_topology_conf_read_as_slurm_reads_it(tmp_path: Path, text: str) -> None
     assert slurm.ok
     assert [(r.name, r.keys) for r in records] == \
         [(name, subs) for _, name, subs in slurm.records]
+
+
+# -- node lists against Slurm's hostlist.c -----------------------------------------------------
+NUMBER = st.sampled_from(["0", "1", "2", "9", "01", "007", "10", "010", "99", "100", "65536",
+                          "65537", "70000"])
+SPAN = st.one_of(NUMBER, st.builds(lambda a, b: f"{a}-{b}", NUMBER, NUMBER))
+PART = st.one_of(
+    st.sampled_from(["n1", "n01", "rack1-n2", "a.b", "x_y", "n", "", "n1 n2", "n\t1"]),
+    st.builds(lambda p, spans, s: f"{p}[{','.join(spans)}]{s}",
+              st.sampled_from(["n", "rack1-n", "", "n0", "a.b"]),
+              st.lists(SPAN, min_size=1, max_size=3),
+              st.sampled_from(["", "-ib", "x", "[1]", "]"])),
+    st.sampled_from(["n[1-2", "n1-2]", "n[]", "n[a]", "n[1-2][3]", "n[-1]", "n[1--2]"]),
+)
+
+
+@needs_slurm
+@settings(max_examples=300, deadline=None)
+@given(parts=st.lists(PART, min_size=1, max_size=3))
+def test_node_lists_expand_as_slurm_expands_them(parts: list[str]) -> None:
+    """Where slurmenv reads a Nodes= list, Slurm's hostlist.c expands it to the same names;
+    where Slurm refuses it, slurmenv does too."""
+    expression = ",".join(parts)
+    assert LIB is not None
+    slurm = slurm_parser.hostlist(LIB, expression)
+    hosts = sorted(set(slurm or []) | {"n1", "n2"})
+    ranks = topology._Ranks(hosts)
+    try:
+        ranks.group(expression, 0, "t")
+    except (slurmconf.Refused, SlurmEnvError):
+        return
+    assert slurm is not None, "slurmenv read a node list Slurm refuses"
+    assert {host for host in hosts if host in ranks.rank} == set(slurm)
+
+
+def test_a_404_byte_topology_costs_nothing_and_is_refused() -> None:
+    """Ten ranges of a million names: slurmctld refuses each (hostlist.c MAX_RANGE, 65,536),
+    and slurmenv refuses before expanding any (issue 41: it used to cost 727 MB and 5.5 s)."""
+    text = "".join(f"SwitchName=s{i} Nodes=x[1-1000000]\n" for i in range(10))
+    with pytest.raises(SlurmEnvError, match="range"):
+        topology.tree_ranks(text, "/etc/slurm/topology.conf", ["x1", "x2"])
+
+
+def test_names_are_counted_over_the_whole_file() -> None:
+    """More than MAX_NAMES names in all is refused, expanded or not."""
+    text = "".join(f"SwitchName=s{i} Nodes=x[1-65536]\n" for i in range(17))
+    with pytest.raises(SlurmEnvError, match="more than 1048576 nodes"):
+        topology.tree_ranks(text, "/etc/slurm/topology.conf", ["n1"])
+
+
+def test_only_lists_that_may_hold_a_host_are_expanded() -> None:
+    """Lists beginning like no host of the step, and every list once each host has its rank,
+    are counted but not expanded: the order of n1, n2 is known from the first leaf."""
+    text = "SwitchName=a Nodes=n[1-2]\n" + "".join(f"SwitchName=s{i} Nodes=n[1-65536]\n"
+                                                  for i in range(15))
+    assert topology.tree_ranks(text, "/etc/slurm/topology.conf", ["n2", "n1"]) == [1, 1]

@@ -180,26 +180,49 @@ _LIST = re.compile(rf"{_PART}(?:,{_PART})*")
 MAX_SWITCH_NAME = 64
 
 
-def _names_in(expression: str, where: str, budget: list[int]) -> list[str]:
-    """The names of a ``Nodes=`` list, counted before python-hostlist expands them: a range
-    of more than :data:`MAX_RANGE` names is refused as Slurm refuses it, and so is a file
-    naming more than :data:`MAX_NAMES` in all (``budget[0]``: what is left). The cost is
-    that of the names the file really holds, at most the largest step's."""
-    if _LIST.fullmatch(expression) is None:
-        raise slurmconf.Refused(f"{where}: a node list slurmenv does not read: {expression!r}")
-    count = 0
-    for part in _PARTS.finditer(expression):
-        for span in (part[1] or "0").split(","):
-            low, _, high = span.partition("-")
-            size = int(high or low) - int(low) + 1
-            if not 1 <= size <= MAX_RANGE:
-                raise slurmconf.Refused(f"{where}: the range [{span}] is not 1 to {MAX_RANGE} "
-                                        "names (slurmctld refuses it)")
-            count += size
-    budget[0] -= count
-    if budget[0] < 0:
-        raise slurmconf.Refused(f"{where}: the file names more than {MAX_NAMES} nodes")
-    return nodes.expand(expression, f"Nodes= in {where}")
+class _Ranks:
+    """The ranks of a step's ``hosts`` as the groups (leaf switches, blocks) come in file
+    order, each host's from the first group naming it; ``budget``: the names the file may
+    still name. A group's list is expanded only while a host has no rank and only when one
+    of its parts begins like a host (every name of ``P[...]S`` begins with ``P``), so the
+    cost follows the step's hosts, not the ranges the file names."""
+
+    def __init__(self, hosts: Sequence[str]) -> None:
+        self.wanted = set(hosts)
+        self.prefixes = {host[:i] for host in self.wanted for i in range(1, len(host) + 1)}
+        self.rank: dict[str, int] = {}
+        self.budget = MAX_NAMES
+
+    def group(self, expression: str | None, rank: int, where: str) -> None:
+        if expression is None:  # a leaf switch or block without nodes
+            return
+        parts = self._count(expression, where)
+        if len(self.rank) == len(self.wanted) or not any(p in self.prefixes for p in parts):
+            return
+        for host in nodes.expand(expression, f"Nodes= in {where}"):
+            if host in self.wanted and host not in self.rank:
+                self.rank[host] = rank
+
+    def _count(self, expression: str, where: str) -> list[str]:
+        """The parts' fixed beginnings, once the list is known to be one slurmenv reads and
+        its names are counted: a range of more than :data:`MAX_RANGE` names is refused as
+        Slurm refuses it, and so is a file naming more than :data:`MAX_NAMES` in all."""
+        if _LIST.fullmatch(expression) is None:
+            raise slurmconf.Refused(f"{where}: a node list slurmenv does not read: "
+                                    f"{expression!r}")
+        beginnings = []
+        for part in _PARTS.finditer(expression):
+            beginnings.append(part[0].partition("[")[0])
+            for span in (part[1] or "0").split(","):
+                low, _, high = span.partition("-")
+                size = int(high or low) - int(low) + 1
+                if not 1 <= size <= MAX_RANGE:
+                    raise slurmconf.Refused(f"{where}: the range [{span}] is not 1 to "
+                                            f"{MAX_RANGE} names (slurmctld refuses it)")
+                self.budget -= size
+        if self.budget < 0:
+            raise slurmconf.Refused(f"{where}: the file names more than {MAX_NAMES} nodes")
+        return beginnings
 
 
 class _Record(NamedTuple):
@@ -232,42 +255,36 @@ def _records(text: str | bytes, path: str, line_key: str, sub_keys: tuple[str, .
     return records, single
 
 
-def _rank_of(groups: list[list[str]], hosts: Sequence[str], first: int, path: str) -> list[int]:
+def _rank_of(ranks: _Ranks, hosts: Sequence[str], first: int, path: str) -> list[int]:
     """Each host's rank: ``first`` + the index of the first group naming it. A host no group
     names is refused: Slurm would give it rank 0, but it also matches a group naming it by
     its ``NodeHostName``, which slurmenv does not know (and such a node is not allocated with
     the others, observed)."""
-    wanted = set(hosts)
-    rank: dict[str, int] = {}
-    for i, group in enumerate(groups):
-        for host in group:
-            if host in wanted and host not in rank:
-                rank[host] = first + i
-    missing = [host for host in hosts if host not in rank]
+    missing = [host for host in hosts if host not in ranks.rank]
     if missing:
         raise _refuse(f"{path} lists no leaf switch or block with node {missing[0]} of this "
                       "step (by another name, its NodeHostName?)", "SLURM_CONF", path,
                       f"list every node in {path} by its NodeName, or " + FIX)
-    return [rank[host] for host in hosts]
+    return [first + ranks.rank[host] for host in hosts]
 
 
 def tree_ranks(text: str | bytes, path: str, hosts: Sequence[str]) -> list[int]:
     """topology/tree: the rank of each of ``hosts`` (see the module's docstring)."""
+    ranks = _Ranks(hosts)
     try:
         records, _ = _records(text, path, "switchname", ("nodes", "switches", "linkspeed"))
-        leaves = _leaves(records)
+        _leaves(records, ranks)
     except slurmconf.Refused as exc:
         raise _unread(exc, path) from None
-    return _rank_of(leaves, hosts, 1, path)
+    return _rank_of(ranks, hosts, 1, path)
 
 
-def _leaves(records: list[_Record]) -> list[list[str]]:
+def _leaves(records: list[_Record], ranks: _Ranks) -> None:
     """The leaf switches' nodes, in file order (``switch_record_validate``)."""
     names = [r.name for r in records]
     if not records or len(set(names)) != len(names):
         raise slurmconf.Refused("no switch, or a switch defined twice (slurmctld refuses it)")
-    budget = [MAX_NAMES]
-    leaves = []
+    leaf = 0
     for record in records:
         speed = record.keys.get("linkspeed", "1")
         if len(record.name) > MAX_SWITCH_NAME or not speed.isdigit() or not speed.isascii():
@@ -277,22 +294,21 @@ def _leaves(records: list[_Record]) -> list[list[str]]:
             raise slurmconf.Refused(f"{record.where}: switch {record.name} has both nodes and "
                                     "switches (slurmctld refuses it)")
         if "switches" not in record.keys:  # a leaf switch, possibly empty (Slurm's level 0)
-            leaves.append(_names_in(record.keys["nodes"], record.where, budget)
-                          if "nodes" in record.keys else [])
-    return leaves
+            ranks.group(record.keys.get("nodes"), leaf, record.where)
+            leaf += 1
 
 
 def block_ranks(text: str | bytes, path: str, hosts: Sequence[str]) -> list[int]:
     """topology/block: the rank of each of ``hosts`` (BlockSizes changes which nodes a job
     gets, not their order)."""
+    ranks = _Ranks(hosts)
     try:
         records, _ = _records(text, path, "blockname", ("nodes",), ("blocksizes",))
         names = [r.name for r in records]
         if not records or len(set(names)) != len(names):
             raise slurmconf.Refused(f"{path} defines no block, or a block twice")
-        budget = [MAX_NAMES]
-        groups = [_names_in(r.keys["nodes"], r.where, budget) if "nodes" in r.keys else []
-                  for r in records]
+        for i, record in enumerate(records):
+            ranks.group(record.keys.get("nodes"), i, record.where)
     except slurmconf.Refused as exc:
         raise _unread(exc, path) from None
-    return _rank_of(groups, hosts, 0, path)
+    return _rank_of(ranks, hosts, 0, path)
