@@ -81,8 +81,8 @@ TOPOLOGIES: dict[str, tuple[str, str]] = {  # name: (slurm.conf lines, topology.
     "blanks-around-equals": ("TopologyPlugin = topology/tree", TREE2),
     "include-tab": ("Include\t{INCLUDE}", TREE2),
     "partition-select-type-parameters": (
-        f"{TREE}\n{NO_DIST}\nPartitionName=other Nodes=ALL Default=NO "
-        "SelectTypeParameters=CR_Socket", TREE2),
+        (f"{TREE}\n{NO_DIST}\nPartitionName=other Nodes=ALL Default=NO "
+         "SelectTypeParameters=CR_Socket"), TREE2),
 }
 #: What {INCLUDE} in a slurm.conf line above names: a file holding this.
 INCLUDED = "TopologyPlugin=topology/tree\n"

@@ -267,14 +267,18 @@ def test_node_lists_expand_as_slurm_expands_them(parts: list[str]) -> None:
     expression = ",".join(parts)
     assert LIB is not None
     slurm = slurm_parser.hostlist(LIB, expression)
-    hosts = sorted(set(slurm or []) | {"n1", "n2"})
-    ranks = topology._Ranks(hosts)
-    try:
-        ranks.group(expression, 0, "t")
-    except (slurmconf.Refused, SlurmEnvError):
-        return
-    assert slurm is not None, "slurmenv read a node list Slurm refuses"
-    assert {host for host in hosts if host in ranks.rank} == set(slurm)
+    names = sorted(set(slurm or []))
+    decoys = {"n1", "n2", "n01", "n001", "n1x", "n100000", "rack1-n02", "n1-ib", "n00", "n"}
+    # every name (python-hostlist expands), and a third of them among decoys (each host
+    # tested against the list's parts)
+    for hosts in (sorted(set(names) | {"n1", "n2"}), sorted(set(names[::3]) | decoys)):
+        ranks = topology._Ranks(hosts)
+        try:
+            ranks.group(expression, 0, "t")
+        except (slurmconf.Refused, SlurmEnvError):
+            return
+        assert slurm is not None, "slurmenv read a node list Slurm refuses"
+        assert set(ranks.rank) == set(hosts) & set(slurm)
 
 
 def test_a_404_byte_topology_costs_nothing_and_is_refused() -> None:

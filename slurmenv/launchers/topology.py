@@ -30,6 +30,8 @@ every task, naming the setting and the fixes that work on 26.05.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 
 from .. import nodes
@@ -173,7 +175,8 @@ MAX_NAMES = nodes.MAX_NODES
 #: bracket of numbers and ranges (``rack1-n[01-16,20]-ib``), which python-hostlist expands as
 #: Slurm's hostlist.c does (the width of a range is its first number's).
 _NAME = r"[A-Za-z0-9._-]"
-_PART = rf"{_NAME}+(?:\[([0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*)\]{_NAME}*)?"
+_RANGES = r"[0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*"
+_PART = rf"({_NAME}+)(?:\[({_RANGES})\]({_NAME}*))?"
 _PARTS = re.compile(_PART)
 _LIST = re.compile(rf"{_PART}(?:,{_PART})*")
 #: Longest switch name (HOST_NAME_MAX).
@@ -183,13 +186,15 @@ MAX_SWITCH_NAME = 64
 class _Ranks:
     """The ranks of a step's ``hosts`` as the groups (leaf switches, blocks) come in file
     order, each host's from the first group naming it; ``budget``: the names the file may
-    still name. A group's list is expanded only while a host has no rank and only when one
-    of its parts begins like a host (every name of ``P[...]S`` begins with ``P``), so the
-    cost follows the step's hosts, not the ranges the file names."""
+    still name. Every list is checked and counted; then, while a host has no rank, each part
+    ``P[ranges]S`` is looked at only through the hosts beginning with ``P`` (a bisection of the
+    sorted hosts): python-hostlist expands it when it names no more names than there are such
+    hosts, else each such host is tested against it (``_holds``). The cost follows the step's
+    hosts and the file's length, never the ranges the file names."""
 
     def __init__(self, hosts: Sequence[str]) -> None:
         self.wanted = set(hosts)
-        self.prefixes = {host[:i] for host in self.wanted for i in range(1, len(host) + 1)}
+        self.sorted = sorted(self.wanted)
         self.rank: dict[str, int] = {}
         self.budget = MAX_NAMES
 
@@ -197,32 +202,68 @@ class _Ranks:
         if expression is None:  # a leaf switch or block without nodes
             return
         parts = self._count(expression, where)
-        if len(self.rank) == len(self.wanted) or not any(p in self.prefixes for p in parts):
-            return
-        for host in nodes.expand(expression, f"Nodes= in {where}"):
-            if host in self.wanted and host not in self.rank:
-                self.rank[host] = rank
+        for part, count in parts:
+            if len(self.rank) == len(self.sorted):
+                return
+            prefix = part[1]
+            first = bisect.bisect_left(self.sorted, prefix)
+            candidates: list[str] = []
+            for host in itertools.islice(self.sorted, first, None):
+                if not host.startswith(prefix) or len(candidates) >= count:
+                    break
+                candidates.append(host)
+            if not candidates:
+                continue
+            if len(candidates) >= count:  # no more names than hosts: python-hostlist's
+                found = nodes.expand(part[0], f"Nodes= in {where}")
+            else:
+                found = [host for host in candidates if _holds(part, host)]
+            for host in found:
+                if host not in self.rank and host in self.wanted:
+                    self.rank[host] = rank
 
-    def _count(self, expression: str, where: str) -> list[str]:
-        """The parts' fixed beginnings, once the list is known to be one slurmenv reads and
-        its names are counted: a range of more than :data:`MAX_RANGE` names is refused as
-        Slurm refuses it, and so is a file naming more than :data:`MAX_NAMES` in all."""
+    def _count(self, expression: str, where: str) -> list[tuple[re.Match[str], int]]:
+        """The parts with their name counts, once the list is known to be one slurmenv
+        reads: a range of more than :data:`MAX_RANGE` names is refused as Slurm refuses it,
+        and so is a file naming more than :data:`MAX_NAMES` in all."""
         if _LIST.fullmatch(expression) is None:
             raise slurmconf.Refused(f"{where}: a node list slurmenv does not read: "
                                     f"{expression!r}")
-        beginnings = []
+        parts = []
         for part in _PARTS.finditer(expression):
-            beginnings.append(part[0].partition("[")[0])
-            for span in (part[1] or "0").split(","):
+            count = 0
+            for span in (part[2] or "0").split(","):
                 low, _, high = span.partition("-")
                 size = int(high or low) - int(low) + 1
                 if not 1 <= size <= MAX_RANGE:
                     raise slurmconf.Refused(f"{where}: the range [{span}] is not 1 to "
                                             f"{MAX_RANGE} names (slurmctld refuses it)")
-                self.budget -= size
+                count += size
+            self.budget -= count
+            parts.append((part, count))
         if self.budget < 0:
             raise slurmconf.Refused(f"{where}: the file names more than {MAX_NAMES} nodes")
-        return beginnings
+        return parts
+
+
+def _holds(part: re.Match[str], host: str) -> bool:
+    """Whether ``host`` is a name of ``part`` (``P[ranges]S``, checked by :data:`_PART`): ``P``,
+    a number in one of the ranges written as hostlist.c writes it (zero-padded to the width
+    of the range's first number), ``S``. tests/test_slurmconf.py checks it against Slurm's
+    hostlist.c and python-hostlist."""
+    prefix, spans, suffix = part[1], part[2], part[3] or ""
+    if spans is None:
+        return host == prefix
+    middle = host[len(prefix):len(host) - len(suffix)]
+    if not (host.endswith(suffix) and middle.isascii() and middle.isdigit()
+            and len(host) > len(prefix) + len(suffix)):
+        return False
+    number = int(middle)
+    for span in spans.split(","):
+        low, _, high = span.partition("-")
+        if int(low) <= number <= int(high or low) and f"{number:0{len(low)}d}" == middle:
+            return True
+    return False
 
 
 class _Record(NamedTuple):
