@@ -279,3 +279,34 @@ def test_any_slurm_conf_is_read_or_refused(tmp_path_factory: pytest.TempPathFact
     except SlurmEnvError:
         return
     assert set(found) <= set(topology.KEYS)
+
+
+# -- topology.conf as Slurm reads it (issue 41; the grammar: tests/test_slurmconf.py) ----------
+@pytest.mark.parametrize("topo", [
+    "switchname=sa nodes=n2\nSWITCHNAME=sb NODES=n1\nSwitchName=sc Nodes=n[3-4]\n",  # key case
+    'SwitchName=sa Nodes="n2"\nSwitchName = sb  Nodes = n1\nSwitchName=sc Nodes=n[3-4]\n',
+    "SwitchName=sa \\\n  Nodes=n2\nSwitchName=sb Nodes=n1 # n3\nSwitchName=sc Nodes=n[3-4]\n",
+    "SwitchName=sa Nodes=n9 Nodes=n2\nSwitchName=sb Nodes=n1\nSwitchName=sc Nodes=n3,n4\n",
+    "Include\tleaves.conf\nSwitchName=sc Nodes=n[3-4]\n",
+])
+def test_topology_forms_slurm_reads(tmp_path: Path, topo: str) -> None:
+    """Key case, blanks around =, quotes, continuations, comments, a sub-key given twice (the
+    last wins), an include beside SLURM_CONF: the order is n2, n1, n3, n4 in every task."""
+    (tmp_path / "leaves.conf").write_text("SwitchName=sa Nodes=n2\nSwitchName=sb Nodes=n1\n")
+    conf = write_conf(tmp_path, "TopologyPlugin=topology/tree\n", topo)
+    order = ["n2", "n1", "n3", "n4"]
+    check_right(slurm_envs(HOSTS, [2, 2, 2, 2], order, SLURM_JOB_SLUID=SLUID, SLURM_CONF=conf),
+                order)
+
+
+@pytest.mark.parametrize("bad", ["\xa0", "\u2028", "\x1c", "\x1f", "\x00", "\x85"])
+def test_bytes_python_splits_on_are_refused_in_every_task(tmp_path: Path, bad: str) -> None:
+    """A byte C does not take for a blank (where Python's str.split() does) would change a
+    switch's members: refused in every task, never read either way."""
+    conf = write_conf(tmp_path, "TopologyPlugin=topology/tree\n",
+                      TREE2.replace("Nodes=n1", f"Nodes=n1{bad}Nodes=n9"))
+    envs = slurm_envs(HOSTS, [2, 2, 2, 2], ["n2", "n1", "n3", "n4"], SLURM_JOB_SLUID=SLUID,
+                      SLURM_CONF=conf)
+    errors = refusals(envs)
+    assert len({str(e) for e in errors}) == 1
+    assert "--mpi=pmi2" in errors[0].fix

@@ -22,10 +22,12 @@ topology order, which the rule above keeps.
 What decides is what every task of the step reads alike, never a task's own node: the
 release (``SLURM_JOB_SLUID`` is set from 26.05 on, which is also the first release to
 reorder), ``slurm.conf`` at ``SLURM_CONF`` (Slurm 23.11 and later set it in every task, the
-configless cache's copy in configless mode), and ``topology.conf`` beside it, read as bounded
-local files (``files.py``). Whatever cannot be read or reproduced (an unreadable file,
-``topology.yaml``, another topology plugin, a line this parser does not know) is a refusal in
-every task, naming the setting and the fixes that work on 26.05.
+configless cache's copy in configless mode) and the files it includes, and ``topology.conf``
+beside it, read as bounded local files with Slurm's own grammar (``slurmconf.py``). Whatever
+cannot be read or reproduced (an unreadable file, ``topology.yaml``, another topology plugin,
+a form ``slurmconf`` refuses) is a refusal in every task, naming the setting and the fixes
+that work on 26.05. A ``Nodes=`` list costs what the step's hosts and the file's length make
+it cost, never what its ranges name (:class:`_Ranks`).
 """
 
 from __future__ import annotations
