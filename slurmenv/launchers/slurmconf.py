@@ -44,9 +44,29 @@ if TYPE_CHECKING:
 BLANKS = b" \t\n\v\f\r"
 #: Files read at most for one configuration (the file and its includes, nested or not).
 MAX_FILES = 16
+#: Bytes read at most for one configuration, all its files together: a slurm.conf of 40,000
+#: NodeName lines of 100 bytes. Reading costs about 2.5 us a line, 1 s at worst.
+MAX_BYTES = 4 << 20
+#: Physical lines one logical line may join at most (Slurm has no limit; a real file joins a
+#: few).
+MAX_CONTINUED = 10_000
 #: The bytes a statement may hold: printable ASCII and the blanks.
 _TEXT = bytes(range(0x20, 0x7F)) + BLANKS
+_VALUE = re.compile(rb"[^ \t\n\v\f\r]+")
 _HEAD = re.compile(rb"[ \t\n\v\f\r]*([A-Za-z0-9_.]+)[ \t\n\v\f\r]*([-*+/]?)=[ \t\n\v\f\r]*")
+
+
+#: Longest path Slurm opens (PATH_MAX); a longer Include name is refused.
+PATH_MAX = 4096
+
+
+def shown(text: str | bytes, most: int = 80) -> str:
+    """``text`` for a message: stripped, at most ``most`` characters (a line of a file can be
+    megabytes long; a refusal stays one short line)."""
+    if isinstance(text, bytes):
+        text = text.decode("ascii", "replace")
+    text = text.strip()
+    return repr(text if len(text) <= most else text[:most] + "...")
 
 
 class Refused(ValueError):
@@ -63,13 +83,34 @@ class Pair(NamedTuple):
     value: str
 
 
-class Statement(NamedTuple):
-    """One line of a file: its first pair, the pairs after it (``rest``: None when the rest of
-    the line is not pairs), and where it is (``file:line``)."""
+class Statement:
+    """One line of a file: its first pair, the line and where the first pair ends (for
+    :meth:`rest`), and where it is (``file line N``)."""
 
-    first: Pair
-    rest: list[Pair] | None
-    where: str
+    __slots__ = ("end", "first", "line", "number", "path")
+
+    def __init__(self, first: Pair, line: bytes, end: int, path: str, number: int) -> None:
+        self.first, self.line, self.end, self.path, self.number = first, line, end, path, number
+
+    @property
+    def where(self) -> str:
+        return f"{self.path} line {self.number}"
+
+    def alone(self) -> bool:
+        """Whether the first pair is alone on its line, as a plain key must be."""
+        return _blank(self.line[self.end:])
+
+    def rest(self) -> Iterator[Pair]:
+        """``s_p_parse_line``: the pairs after the first, one at a time (a line of millions
+        of pairs is never held as a list); Refused when the line then holds more than
+        blanks (Slurm: "Parse error")."""
+        start = self.end
+        while (match := pair(self.line, start)) is not None:
+            yield match[0]
+            start = match[1]
+        if not _blank(self.line[start:]):
+            raise Refused(f"{self.where} holds more than key=value pairs, which Slurm does "
+                          f"not parse: {shown(self.line[start:])}")
 
 
 # -- lines -----------------------------------------------------------------------------------
@@ -117,31 +158,47 @@ def _strip_escapes(line: bytes) -> bytes:
 
 def logical_lines(data: bytes, name: str) -> Iterator[tuple[int, bytes]]:
     """``_get_next_line``: each logical line of ``data`` (file ``name``) and the number of its
-    first physical line, comments, continuations and escapes done, empty ones included."""
+    first physical line, comments, continuations and escapes done, empty ones included. A
+    physical line keeps its ``\n`` unless a comment cut it off or it is the file's last.
+    Refused: a line continued over more than :data:`MAX_CONTINUED` lines."""
+    import io
+
     if b"\0" in data:
         raise Refused(f"{name} holds a NUL byte (Slurm stops reading a line there)")
-    pieces = data.split(b"\n")
-    physical = [piece + b"\n" for piece in pieces[:-1]]
-    if pieces[-1]:
-        physical.append(pieces[-1])
-    i = 0
-    while i < len(physical):
-        first = i
-        joined = b""
-        while i < len(physical):
-            piece = _strip_comment(physical[i])
-            i += 1
-            kept = _continued(piece)
-            if kept is None:
-                joined += piece
-                break
-            joined += kept
-        line = _strip_escapes(joined)
-        if line.translate(None, _TEXT):
-            raise Refused(f"{name} line {first + 1} holds a byte that is not printable ASCII "
-                          "or a blank, outside a comment (Slurm's reading of it depends on "
-                          "the locale)")
-        yield first + 1, line
+    physical = io.BytesIO(data)  # one line at a time, "\n" kept: fgets
+    if b"\\" not in data:  # no continuation, no escape, a comment at the first #
+        for number, raw in enumerate(physical, 1):
+            if raw.isspace():  # ASCII blanks, C's: a line Slurm passes over
+                continue
+            cut = raw.find(b"#")
+            yield number, _checked(raw[:cut] if cut >= 0 else raw, name, number)
+        return
+    number = 0
+    joined: list[bytes] = []
+    for raw in physical:
+        number += 1
+        piece = _strip_comment(raw)
+        kept = _continued(piece)
+        if kept is None:
+            joined.append(piece)
+            first = number + 1 - len(joined)
+            yield first, _checked(_strip_escapes(b"".join(joined)), name, first)
+            joined = []
+        elif len(joined) == MAX_CONTINUED:
+            raise Refused(f"{name} line {number - len(joined)} is continued over more than "
+                          f"{MAX_CONTINUED} lines")
+        else:
+            joined.append(kept)
+    if joined:  # continued at the end of the file
+        first = number + 1 - len(joined)
+        yield first, _checked(_strip_escapes(b"".join(joined)), name, first)
+
+
+def _checked(line: bytes, name: str, number: int) -> bytes:
+    if line.translate(None, _TEXT):
+        raise Refused(f"{name} line {number} holds a byte that is not printable ASCII or a "
+                      "blank, outside a comment (Slurm's reading of it depends on the locale)")
+    return line
 
 
 # -- pairs -----------------------------------------------------------------------------------
@@ -159,19 +216,8 @@ def pair(line: bytes, start: int = 0) -> tuple[Pair, int] | None:
         if close >= 0 and (close + 1 == len(line) or line[close + 1] in BLANKS):
             value, end = line[i + 1:close], close + 1
             return Pair(head[1].decode(), head[2].decode(), value.decode()), end
-    end = i
-    while end < len(line) and line[end] not in BLANKS:
-        end += 1
+    end = _VALUE.match(line, i).end()  # type: ignore[union-attr]  # line[i] is no blank
     return Pair(head[1].decode(), head[2].decode(), line[i:end].decode()), end
-
-
-def pairs(line: bytes, start: int) -> tuple[list[Pair], int]:
-    """``s_p_parse_line``: the pairs from ``start`` on, and where the last one ends."""
-    found = []
-    while (match := pair(line, start)) is not None:
-        found.append(match[0])
-        start = match[1]
-    return found, start
 
 
 def _blank(text: bytes) -> bool:
@@ -191,36 +237,38 @@ class Reader:
         self.cluster_key = cluster_key
         self.cluster: str | None = None
         self.files = 0
+        self.left = MAX_BYTES
 
     def statements(self, path: str) -> Iterator[Statement]:
         self.files += 1
         if self.files > MAX_FILES:
             raise Refused(f"{self.conf} and its includes are more than {MAX_FILES} files")
-        data = files.read(path, self.variable, f"make {path} a readable regular file")
+        data = files.read(path, self.variable, f"make {path} a readable regular file",
+                          self.left)
         if data is None:
             raise Refused(f"{path} cannot be read here")
+        self.left -= len(data)
         yield from self.text_statements(data, path)
 
     def text_statements(self, data: bytes, path: str) -> Iterator[Statement]:
         for number, line in logical_lines(data, path):
-            where = f"{path} line {number}"
             if not line:
                 continue
-            target = self._include(line, where)
-            if target is not None:
-                yield from self.statements(target)
-                continue
+            if line[:7].lower() == b"include":
+                target = self._include(line, f"{path} line {number}")
+                if target is not None:
+                    yield from self.statements(target)
+                    continue
             match = pair(line)
             if match is None:
                 if _blank(line):
                     continue
-                raise Refused(f"{where} is not key=value, which Slurm does not read: "
-                              f"{line.decode().strip()!r}")
+                raise Refused(f"{path} line {number} is not key=value, which Slurm does not "
+                              f"read: {shown(line)}")
             first, end = match
             if self.cluster_key and first.key.lower() == "clustername":
                 self.cluster = first.value
-            rest, stop = pairs(line, end)
-            yield Statement(first, rest if _blank(line[stop:]) else None, where)
+            yield Statement(first, line, end, path, number)
 
     def _include(self, line: bytes, where: str) -> str | None:
         """``_parse_include_directive``: the path an include line names, None for another
@@ -241,6 +289,8 @@ class Reader:
         if not _blank(line[stop:]):
             raise Refused(f"{where}: an Include line with more than a file name")
         name = line[start:stop].decode()
+        if len(name) > PATH_MAX:
+            raise Refused(f"{where}: an Include name longer than {PATH_MAX}: {shown(name)}")
         if "%c" in name:
             if self.cluster is None or "%" in self.cluster:
                 raise Refused(f"{where}: Include {name} needs a ClusterName set before it "
@@ -269,7 +319,7 @@ def settings(conf: str, keys: tuple[str, ...], variable: str = "SLURM_CONF") -> 
         key = statement.first.key.lower()
         if key not in keys:
             continue
-        if statement.first.op or statement.rest != []:
+        if statement.first.op or not statement.alone():
             raise Refused(f"{statement.where}: {statement.first.key} with an operator or "
                           "more on its line")
         found[key] = statement.first.value

@@ -107,11 +107,12 @@ def node_order(environ: Mapping[str, str], hosts: Sequence[str]) -> NodeOrder:
         return NodeOrder(None, "no topology plugin in slurm.conf: node-list order")
     select = settings.get("selecttype", "select/cons_tres")
     if select != "select/cons_tres":  # node ranks come from cons_tres
-        raise _refuse(f"SelectType={select} in {conf} with {plugin} is not reproduced",
+        raise _refuse(f"SelectType={slurmconf.shown(select)} in {conf} with "
+                      f"{slurmconf.shown(plugin)} is not reproduced",
                       "SLURM_CONF", conf)
     if plugin not in ORDERED:
-        raise _refuse(f"TopologyPlugin={plugin} in {conf} orders tasks in a way slurmenv does "
-                      "not reproduce", "SLURM_CONF", conf)
+        raise _refuse(f"TopologyPlugin={slurmconf.shown(plugin)} in {conf} orders tasks in a "
+                      "way slurmenv does not reproduce", "SLURM_CONF", conf)
     path = f"{folder}topology.conf"
     data = _read_topology(path)
     if data is None:
@@ -126,7 +127,8 @@ def node_order(environ: Mapping[str, str], hosts: Sequence[str]) -> NodeOrder:
 def _read_topology(path: str) -> bytes | None:
     from .. import readfile
 
-    return readfile.read(path, "SLURM_CONF", f"make {path} a readable regular file")
+    return readfile.read(path, "SLURM_CONF", f"make {path} a readable regular file",
+                         slurmconf.MAX_BYTES)
 
 
 def _exists(path: str) -> bool:
@@ -177,10 +179,10 @@ MAX_NAMES = nodes.MAX_NODES
 #: bracket of numbers and ranges (``rack1-n[01-16,20]-ib``), which python-hostlist expands as
 #: Slurm's hostlist.c does (the width of a range is its first number's).
 _NAME = r"[A-Za-z0-9._-]"
-_RANGES = r"[0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*"
+_NUMBER = r"[0-9]{1,9}"  # no node list holds a billion names
+_RANGES = rf"{_NUMBER}(?:-{_NUMBER})?(?:,{_NUMBER}(?:-{_NUMBER})?)*"
 _PART = rf"({_NAME}+)(?:\[({_RANGES})\]({_NAME}*))?"
-_PARTS = re.compile(_PART)
-_LIST = re.compile(rf"{_PART}(?:,{_PART})*")
+_PARTS = re.compile(_PART)  # one part; a list is parts separated by commas
 #: Longest switch name (HOST_NAME_MAX).
 MAX_SWITCH_NAME = 64
 
@@ -203,49 +205,55 @@ class _Ranks:
     def group(self, expression: str | None, rank: int, where: str) -> None:
         if expression is None:  # a leaf switch or block without nodes
             return
-        parts = self._count(expression, where)
-        for part, count in parts:
-            if len(self.rank) == len(self.sorted):
-                return
-            prefix = part[1]
-            first = bisect.bisect_left(self.sorted, prefix)
-            candidates: list[str] = []
-            for host in itertools.islice(self.sorted, first, None):
-                if not host.startswith(prefix) or len(candidates) >= count:
-                    break
-                candidates.append(host)
-            if not candidates:
-                continue
-            if len(candidates) >= count:  # no more names than hosts: python-hostlist's
-                found = nodes.expand(part[0], f"Nodes= in {where}")
-            else:
-                found = [host for host in candidates if _holds(part, host)]
-            for host in found:
-                if host not in self.rank and host in self.wanted:
-                    self.rank[host] = rank
-
-    def _count(self, expression: str, where: str) -> list[tuple[re.Match[str], int]]:
-        """The parts with their name counts, once the list is known to be one slurmenv
-        reads: a range of more than :data:`MAX_RANGE` names is refused as Slurm refuses it,
-        and so is a file naming more than :data:`MAX_NAMES` in all."""
-        if _LIST.fullmatch(expression) is None:
+        start = 0
+        while (part := _PARTS.match(expression, start)) is not None:
+            count = self._count(part, where)
+            if len(self.rank) < len(self.sorted):
+                self._look(part, count, rank, where)
+            start = part.end() + 1
+            if part.end() == len(expression) or expression[part.end()] != ",":
+                break
+        if part is None or part.end() != len(expression):
             raise slurmconf.Refused(f"{where}: a node list slurmenv does not read: "
-                                    f"{expression!r}")
-        parts = []
-        for part in _PARTS.finditer(expression):
-            count = 0
-            for span in (part[2] or "0").split(","):
-                low, _, high = span.partition("-")
-                size = int(high or low) - int(low) + 1
-                if not 1 <= size <= MAX_RANGE:
-                    raise slurmconf.Refused(f"{where}: the range [{span}] is not 1 to "
-                                            f"{MAX_RANGE} names (slurmctld refuses it)")
-                count += size
-            self.budget -= count
-            parts.append((part, count))
+                                    f"{slurmconf.shown(expression)}")
+
+    def _count(self, part: re.Match[str], where: str) -> int:
+        """The names of ``part``: a range of more than :data:`MAX_RANGE` names is refused as
+        Slurm refuses it, and so is a file naming more than :data:`MAX_NAMES` in all."""
+        count = 0
+        for span in (part[2] or "0").split(","):
+            low, _, high = span.partition("-")
+            size = int(high or low) - int(low) + 1
+            if not 1 <= size <= MAX_RANGE:
+                raise slurmconf.Refused(f"{where}: the range [{span}] is not 1 to {MAX_RANGE} "
+                                        "names (slurmctld refuses it)")
+            count += size
+        self.budget -= count
         if self.budget < 0:
             raise slurmconf.Refused(f"{where}: the file names more than {MAX_NAMES} nodes")
-        return parts
+        return count
+
+    def _look(self, part: re.Match[str], count: int, rank: int, where: str) -> None:
+        """Give ``rank`` to the hosts ``part`` names that have none yet."""
+        prefix = part[1]
+        if part[2] is None:  # a plain name
+            if prefix in self.wanted and prefix not in self.rank:
+                self.rank[prefix] = rank
+            return
+        candidates: list[str] = []
+        for host in itertools.islice(self.sorted, bisect.bisect_left(self.sorted, prefix), None):
+            if not host.startswith(prefix) or len(candidates) >= count:
+                break
+            candidates.append(host)
+        if not candidates:
+            return
+        if len(candidates) >= count:  # no more names than hosts: python-hostlist's
+            found = nodes.expand(part[0], f"Nodes= in {where}")
+        else:
+            found = [host for host in candidates if _holds(part, host)]
+        for host in found:
+            if host not in self.rank and host in self.wanted:
+                self.rank[host] = rank
 
 
 def _holds(part: re.Match[str], host: str) -> bool:
@@ -285,16 +293,22 @@ def _records(text: str | bytes, path: str, line_key: str, sub_keys: tuple[str, .
     records: list[_Record] = []
     single: dict[str, str] = {}
     for statement in reader.text_statements(data, path):
-        first, rest, where = statement
+        first, where = statement.first, statement.where
         key = first.key.lower()
-        if rest is None or first.op or any(p.op for p in rest) or not first.value:
+        if first.op or not first.value:
             raise slurmconf.Refused(f"{where} is a line slurmenv does not read as Slurm does")
-        if key in plain and not rest:
+        if key in plain and statement.alone():
             single[key] = first.value
             continue
-        if key != line_key or any(p.key.lower() not in sub_keys or not p.value for p in rest):
+        if key != line_key:
             raise slurmconf.Refused(f"{where} has a key Slurm does not know there")
-        records.append(_Record(first.value, {p.key.lower(): p.value for p in rest}, where))
+        keys: dict[str, str] = {}
+        for sub in statement.rest():  # a sub-key given twice: the last value (Slurm's)
+            if sub.op or not sub.value or sub.key.lower() not in sub_keys:
+                raise slurmconf.Refused(f"{where} has a key Slurm does not know there, or "
+                                        "a form slurmenv does not read")
+            keys[sub.key.lower()] = sub.value
+        records.append(_Record(first.value, keys, where))
     return records, single
 
 
