@@ -26,8 +26,8 @@ The rules, each from the C function named:
 stops at it), a byte outside printable ASCII and those blanks outside comments (the C locale
 and a UTF-8 one classify them differently), a line Slurm would not parse, an include Slurm
 reads past its line's end (no blank after the name: undefined behaviour in C), and more than
-:data:`MAX_FILES` files. ``tests/test_slurmconf.py`` checks the key/value rule against the C
-library's own ``regexec`` with Slurm's pattern.
+:data:`MAX_FILES` files or :data:`MAX_BYTES` bytes. ``tests/test_slurmconf.py`` checks the
+reading against Slurm's own ``s_p_parse_file`` (the built release's ``libslurm.so``).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ BLANKS = b" \t\n\v\f\r"
 #: Files read at most for one configuration (the file and its includes, nested or not).
 MAX_FILES = 16
 #: Bytes read at most for one configuration, all its files together: a slurm.conf of 40,000
-#: NodeName lines of 100 bytes. Reading costs about 2.5 us a line, 1 s at worst.
+#: NodeName lines of 100 bytes. Reading costs about 2 us a line, 2 s at worst.
 MAX_BYTES = 4 << 20
 #: Physical lines one logical line may join at most (Slurm has no limit; a real file joins a
 #: few).
@@ -278,9 +278,8 @@ class Reader:
         start = 7
         while start < len(line) and line[start] in BLANKS:
             start += 1
-        stop = start
-        while stop < len(line) and line[stop] not in BLANKS:
-            stop += 1
+        name_run = _VALUE.match(line, start)  # the run of non-blanks, None at the end
+        stop = name_run.end() if name_run is not None else start
         if stop == len(line):
             # C scans on past the end of the line for a blank (undefined behaviour)
             raise Refused(f"{where}: an Include whose file name is not followed by a blank "
@@ -296,6 +295,8 @@ class Reader:
                 raise Refused(f"{where}: Include {name} needs a ClusterName set before it "
                               "(without %)")
             name = name.replace("%c", self.cluster.lower())
+            if "%c" in name:  # Slurm would replace the %c the replacement made
+                raise Refused(f"{where}: Include with %c that ClusterName does not resolve")
         if "*" in name:
             raise Refused(f"{where}: Include {name} is a glob, which Slurm does not read")
         if name.startswith("/"):
