@@ -34,7 +34,8 @@ RELEASE = "26.05.3"
 FEATURES = {
     "topology/tree (two levels, leaf switches out of name order; three levels; a node on two "
     "leaf switches), topology/block with BlockSizes, SwitchAsNodeRank, BlockAsNodeRank, "
-    "CR_NO_DIST_TOPO_BLOCK: block, default, one-task-per-node, uneven and partial steps right "
+    "CR_NO_DIST_TOPO_BLOCK, slurm.conf forms (blanks around =, Include<TAB>, a partition's "
+    "SelectTypeParameters): block, default, one-task-per-node, uneven and partial steps right "
     "in every task": (
         "26.05.3", ["test_block_and_default_steps_are_right_in_every_task",
                     "test_batch_steps_over_part_of_the_jobs_nodes"]),
@@ -76,12 +77,22 @@ TOPOLOGIES: dict[str, tuple[str, str]] = {  # name: (slurm.conf lines, topology.
     "switch-as-node-rank": (f"{TREE}\nTopologyParam=SwitchAsNodeRank", TREE2),
     "block-as-node-rank": ("TopologyPlugin=topology/block\nTopologyParam=BlockAsNodeRank", BLOCK),
     "no-dist-topo-block": (f"{TREE}\n{NO_DIST}", TREE2),
+    # issue 41: forms Slurm reads that slurmenv 0.5.0 read otherwise (a split each)
+    "blanks-around-equals": ("TopologyPlugin = topology/tree", TREE2),
+    "include-tab": ("Include\t{INCLUDE}", TREE2),
+    "partition-select-type-parameters": (
+        (f"{TREE}\n{NO_DIST}\nPartitionName=other Nodes=ALL Default=NO "
+         "SelectTypeParameters=CR_Socket"), TREE2),
 }
+#: What {INCLUDE} in a slurm.conf line above names: a file holding this.
+INCLUDED = "TopologyPlugin=topology/tree\n"
 #: The node order Slurm 26.05 fills a 4-node block step in, observed.
 ORDER = {"tree2": ["n2", "n1", "n3", "n4"], "tree3": ["n4", "n1", "n3", "n2"],
          "block": ["n3", "n4", "n1", "n2"], "multi-homed": ["n2", "n4", "n1", "n3"], "switch-as-node-rank": ["n2", "n1", "n3", "n4"],
          "block-as-node-rank": ["n3", "n4", "n1", "n2"],
-         "no-dist-topo-block": ["n1", "n2", "n3", "n4"]}
+         "no-dist-topo-block": ["n1", "n2", "n3", "n4"],
+         "blanks-around-equals": ["n2", "n1", "n3", "n4"], "include-tab": ["n2", "n1", "n3", "n4"],
+         "partition-select-type-parameters": ["n1", "n2", "n3", "n4"]}
 #: Steps of a 4-node allocation (srun allocates it): block and default, one task per node,
 #: uneven counts.
 STEPS = (["-N4", "--ntasks-per-node=2"], ["-N4", "-n4"], ["-N4", "--ntasks-per-node=1"],
@@ -91,7 +102,9 @@ BATCH_STEPS = ("-N3 -n6", "-N2 -n4", "-N3 -n3", "-N4 -n8", "-N2 -n3", "-n4")
 
 
 @pytest.fixture(scope="module")
-def slurm_topology_cluster(slurm_release: str | None) -> Iterator[Callable[[str], SlurmCluster]]:
+def slurm_topology_cluster(
+    slurm_release: str | None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[[str], SlurmCluster]]:
     """``get(name)``: the 26.05.3 cluster with topology ``name`` (TOPOLOGIES), started on
     first use; one runs at a time. ``slurm_release`` is 26.05.3, as FEATURES declares."""
     assert slurm_release == RELEASE, slurm_release
@@ -104,6 +117,10 @@ def slurm_topology_cluster(slurm_release: str | None) -> Iterator[Callable[[str]
             for other in list(running):
                 running.pop(other).stop()
             conf, topo = TOPOLOGIES[name]
+            if "{INCLUDE}" in conf:
+                included = tmp_path_factory.mktemp("include") / "plugin.conf"
+                included.write_text(INCLUDED)
+                conf = conf.replace("{INCLUDE}", str(included))
             cluster = SlurmCluster(nodes=NODES, release=RELEASE, extra_conf=conf, topology=topo)
             try:
                 cluster.start()
@@ -176,7 +193,9 @@ def run_step(cluster: SlurmCluster, args: Sequence[str]) -> dict[int, dict[str, 
 
 
 @pytest.mark.parametrize("name", ["tree2", "tree3", "multi-homed", "block", "switch-as-node-rank",
-                                  "block-as-node-rank", "no-dist-topo-block"])
+                                  "block-as-node-rank", "no-dist-topo-block",
+                                  "blanks-around-equals", "include-tab",
+                                  "partition-select-type-parameters"])
 def test_block_and_default_steps_are_right_in_every_task(
     slurm_topology_cluster: Callable[[str], SlurmCluster], name: str
 ) -> None:

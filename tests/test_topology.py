@@ -127,7 +127,7 @@ def test_cyclic_and_plane_keep_the_list_order(tmp_path: Path, dist: str) -> None
 
 @pytest.mark.parametrize("conf_text", [
     "TopologyPlugin=topology/tree\nSelectTypeParameters=CR_Core,CR_NO_DIST_TOPO_BLOCK\n",
-    ("SelectType=select/cons_tres SelectTypeParameters=cr_core,cr_no_dist_topo_block\n"
+    ("SelectType=select/cons_tres\nSelectTypeParameters=cr_core,cr_no_dist_topo_block\n"
      "TopologyPlugin=topology/tree\n"),
     "TopologyPlugin=topology/flat\n",
     "# TopologyPlugin=topology/tree\n",
@@ -155,7 +155,7 @@ def test_before_26_05_nothing_is_read(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("case", ["no topology.conf", "topology.yaml", "no slurm.conf",
                                   "no SLURM_CONF", "unknown key", "include with %",
-                                  "torus", "backslash", "node listed nowhere",
+                                  "torus", "blank in a node list", "node listed nowhere",
                                   "select/linear"])
 def test_unknowable_order_is_refused_by_every_task(tmp_path: Path, case: str) -> None:
     """Every task refuses, also those whose own node holds the same ranks in both orders
@@ -174,8 +174,8 @@ def test_unknowable_order_is_refused_by_every_task(tmp_path: Path, case: str) ->
         conf_text += "SelectType=select/linear\n"
     elif case == "torus":
         conf_text = "TopologyPlugin=topology/torus3d\n"
-    elif case == "backslash":
-        topo = "SwitchName=sa \\\n Nodes=n2\n"
+    elif case == "blank in a node list":
+        topo = TREE2.replace("Nodes=n[3-4]", 'Nodes="n3 n4"')
     elif case == "node listed nowhere":  # n1 listed by its NodeHostName, say
         topo = TREE2.replace("Nodes=n1", "Nodes=host1")
     conf = write_conf(tmp_path, conf_text, topo)
@@ -279,3 +279,34 @@ def test_any_slurm_conf_is_read_or_refused(tmp_path_factory: pytest.TempPathFact
     except SlurmEnvError:
         return
     assert set(found) <= set(topology.KEYS)
+
+
+# -- topology.conf as Slurm reads it (issue 41; the grammar: tests/test_slurmconf.py) ----------
+@pytest.mark.parametrize("topo", [
+    "switchname=sa nodes=n2\nSWITCHNAME=sb NODES=n1\nSwitchName=sc Nodes=n[3-4]\n",  # key case
+    'SwitchName=sa Nodes="n2"\nSwitchName = sb  Nodes = n1\nSwitchName=sc Nodes=n[3-4]\n',
+    "SwitchName=sa \\\n  Nodes=n2\nSwitchName=sb Nodes=n1 # n3\nSwitchName=sc Nodes=n[3-4]\n",
+    "SwitchName=sa Nodes=n9 Nodes=n2\nSwitchName=sb Nodes=n1\nSwitchName=sc Nodes=n3,n4\n",
+    "Include\tleaves.conf\nSwitchName=sc Nodes=n[3-4]\n",
+])
+def test_topology_forms_slurm_reads(tmp_path: Path, topo: str) -> None:
+    """Key case, blanks around =, quotes, continuations, comments, a sub-key given twice (the
+    last wins), an include beside SLURM_CONF: the order is n2, n1, n3, n4 in every task."""
+    (tmp_path / "leaves.conf").write_text("SwitchName=sa Nodes=n2\nSwitchName=sb Nodes=n1\n")
+    conf = write_conf(tmp_path, "TopologyPlugin=topology/tree\n", topo)
+    order = ["n2", "n1", "n3", "n4"]
+    check_right(slurm_envs(HOSTS, [2, 2, 2, 2], order, SLURM_JOB_SLUID=SLUID, SLURM_CONF=conf),
+                order)
+
+
+@pytest.mark.parametrize("bad", ["\xa0", "\u2028", "\x1c", "\x1f", "\x00", "\x85"])
+def test_bytes_python_splits_on_are_refused_in_every_task(tmp_path: Path, bad: str) -> None:
+    """A byte C does not take for a blank (where Python's str.split() does) would change a
+    switch's members: refused in every task, never read either way."""
+    conf = write_conf(tmp_path, "TopologyPlugin=topology/tree\n",
+                      TREE2.replace("Nodes=n1", f"Nodes=n1{bad}Nodes=n9"))
+    envs = slurm_envs(HOSTS, [2, 2, 2, 2], ["n2", "n1", "n3", "n4"], SLURM_JOB_SLUID=SLUID,
+                      SLURM_CONF=conf)
+    errors = refusals(envs)
+    assert len({str(e) for e in errors}) == 1
+    assert "--mpi=pmi2" in errors[0].fix

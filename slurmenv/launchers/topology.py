@@ -22,30 +22,35 @@ topology order, which the rule above keeps.
 What decides is what every task of the step reads alike, never a task's own node: the
 release (``SLURM_JOB_SLUID`` is set from 26.05 on, which is also the first release to
 reorder), ``slurm.conf`` at ``SLURM_CONF`` (Slurm 23.11 and later set it in every task, the
-configless cache's copy in configless mode), and ``topology.conf`` beside it, read as bounded
-local files (``files.py``). Whatever cannot be read or reproduced (an unreadable file,
-``topology.yaml``, another topology plugin, a line this parser does not know) is a refusal in
-every task, naming the setting and the fixes that work on 26.05.
+configless cache's copy in configless mode) and the files it includes, and ``topology.conf``
+beside it, read as bounded local files with Slurm's own grammar (``slurmconf.py``). Whatever
+cannot be read or reproduced (an unreadable file, ``topology.yaml``, another topology plugin,
+a form ``slurmconf`` refuses) is a refusal in every task, naming the setting and the fixes
+that work on 26.05. A ``Nodes=`` list costs what the step's hosts and the file's length make
+it cost, never what its ranges name (:class:`_Ranks`).
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import re
+
 from .. import nodes
-from .. import readfile as files
 from ..errors import SlurmEnvError
 from ..lean import TYPE_CHECKING, NamedTuple
+from . import slurmconf
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
 #: Set by Slurm 26.05 and later in every task: the release whose block layout follows topology.
 RELEASE_VARIABLE = "SLURM_JOB_SLUID"
-#: Files of slurm.conf's includes followed at most, and their depth.
-MAX_INCLUDES = 16
 #: The topology plugins whose order is reproduced here (the value of TopologyPlugin).
 ORDERED = ("topology/tree", "topology/block")
-#: TopologyPlugin values that are Slurm's flat default (no order of its own without topology.yaml).
-FLAT = ("", "none", "default", "topology/none", "topology/default", "topology/flat")
+#: TopologyPlugin values that Slurm turns into its flat default (``read_config.c``, compared
+#: without case; ``topology/flat`` itself is compared as written).
+FLAT = ("none", "default", "topology/none", "topology/default")
 FIX = (
     "pass -m cyclic or -m plane=N to srun (Slurm 26.05 lays those out in node-list order "
     "whatever the topology), or -m arbitrary with a host file (SLURM_HOSTFILE); or ask the "
@@ -81,34 +86,48 @@ def node_order(environ: Mapping[str, str], hosts: Sequence[str]) -> NodeOrder:
         raise _refuse("SLURM_CONF is unset (Slurm 26.05 sets it in every task)", "SLURM_CONF",
                       None, "run slurmenv in the srun task itself, where Slurm sets SLURM_CONF; "
                       "or " + FIX)
+    if "/" not in conf:
+        raise _refuse("SLURM_CONF is a relative path (Slurm reads the files beside it from its "
+                      "own folder)", "SLURM_CONF", conf,
+                      "run slurmenv in the srun task itself, where Slurm sets SLURM_CONF; or "
+                      + FIX)
     settings = read_slurm_conf(conf)
-    folder = conf.rpartition("/")[0] or "."
-    yaml = f"{folder}/topology.yaml"
+    folder = conf[:conf.rfind("/") + 1]  # get_extra_conf_path: the files beside SLURM_CONF
+    yaml = f"{folder}topology.yaml"
     if _exists(yaml):
         raise _refuse(f"{yaml} configures the topology, which slurmenv does not read",
                       "SLURM_CONF", conf)
-    if any(part.strip().lower() == "cr_no_dist_topo_block"
+    # parse_select_type_param: strtok at commas, each token compared without case
+    if any(part.lower() == "cr_no_dist_topo_block"
            for part in settings.get("selecttypeparameters", "").split(",")):
         return NodeOrder(None, "SelectTypeParameters holds CR_NO_DIST_TOPO_BLOCK: node-list order")
-    plugin = settings.get("topologyplugin", "").strip().lower()
-    if plugin in FLAT:
+    plugin = settings.get("topologyplugin")
+    if plugin is None or plugin.lower() in FLAT or plugin == "topology/flat":
         return NodeOrder(None, "no topology plugin in slurm.conf: node-list order")
     select = settings.get("selecttype", "select/cons_tres")
-    if select.strip().lower() != "select/cons_tres":  # node ranks come from cons_tres
-        raise _refuse(f"SelectType={select} in {conf} with {plugin} is not reproduced",
+    if select != "select/cons_tres":  # node ranks come from cons_tres
+        raise _refuse(f"SelectType={slurmconf.shown(select)} in {conf} with "
+                      f"{slurmconf.shown(plugin)} is not reproduced",
                       "SLURM_CONF", conf)
     if plugin not in ORDERED:
-        raise _refuse(f"TopologyPlugin={settings['topologyplugin']} in {conf} orders tasks in a "
+        raise _refuse(f"TopologyPlugin={slurmconf.shown(plugin)} in {conf} orders tasks in a "
                       "way slurmenv does not reproduce", "SLURM_CONF", conf)
-    path = f"{folder}/topology.conf"
-    text = files.read_text(path, "SLURM_CONF", f"make {path} a readable regular file")
-    if text is None:
+    path = f"{folder}topology.conf"
+    data = _read_topology(path)
+    if data is None:
         raise _refuse(f"{path} ({plugin}) cannot be read here", "SLURM_CONF", conf,
                       f"make {path} readable on every node, or " + FIX)
-    ranks = tree_ranks(text, path, hosts) if plugin == "topology/tree" \
-        else block_ranks(text, path, hosts)
+    ranks = tree_ranks(data, path, hosts) if plugin == "topology/tree" \
+        else block_ranks(data, path, hosts)
     order = sorted(range(len(hosts)), key=lambda i: (ranks[i], i))
     return NodeOrder(order, f"{plugin}, {path}")
+
+
+def _read_topology(path: str) -> bytes | None:
+    from .. import readfile
+
+    return readfile.read(path, "SLURM_CONF", f"make {path} a readable regular file",
+                         slurmconf.MAX_BYTES)
 
 
 def _exists(path: str) -> bool:
@@ -122,139 +141,230 @@ def _exists(path: str) -> bool:
 
 
 # -- slurm.conf ------------------------------------------------------------------------------
-#: The slurm.conf keys read (lower case); every other line is skipped unread.
-KEYS = ("topologyplugin", "selecttypeparameters", "selecttype")
+#: The global slurm.conf keys read (lower case); every other statement is skipped unread.
+KEYS = ("topologyplugin", "topologyparam", "selecttype", "selecttypeparameters")
 
 
 def read_slurm_conf(path: str) -> dict[str, str]:
-    """The values of :data:`KEYS` in slurm.conf at ``path`` and the files it includes (the
-    last value wins, as in Slurm); refuses an unreadable file, an include slurmenv cannot
-    follow exactly (``%`` formats, globs), and a line naming a key in a way it cannot read."""
-    found: dict[str, str] = {}
-    pending = [(path, 0)]
-    seen = 0
-    folder = path.rpartition("/")[0] or "."
-    while pending:
-        name, depth = pending.pop(0)
-        seen += 1
-        if seen > MAX_INCLUDES or depth > 4:
-            raise _refuse(f"{path} includes more than {MAX_INCLUDES} files", "SLURM_CONF", path)
-        text = files.read_text(name, "SLURM_CONF", "SLURM_CONF must name slurm.conf")
-        if text is None:
-            raise _refuse(f"{name} cannot be read here", "SLURM_CONF", path,
-                          f"make {name} readable on every node (Slurm's commands need it too), or "
-                          + FIX)
-        for line in _lines(text, name):
-            head, _, rest = line.partition(" ")
-            if head.lower() == "include" and rest.strip():
-                target = rest.strip()
-                if any(c in target for c in "%*?[ \t"):
-                    raise _refuse(f"{name} includes {target!r}, which slurmenv does not expand",
-                                  "SLURM_CONF", path)
-                pending.append((target if target.startswith("/") else f"{folder}/{target}",
-                                depth + 1))
-                continue
-            lowered = line.lower()
-            if not any(key in lowered for key in KEYS):
-                continue
-            if '"' in line or "'" in line:
-                raise _refuse(f"{name} has a quoted line naming {', '.join(KEYS)}: {line!r}",
-                              "SLURM_CONF", path)
-            for token in line.split():
-                key, eq, value = token.partition("=")
-                if eq and key.lower() in KEYS:
-                    found[key.lower()] = value
-    return found
+    """The settings the resolver uses: the values of the global :data:`KEYS` in slurm.conf at
+    ``path`` (``SLURM_CONF``) and the files it includes, read as Slurm reads them
+    (``slurmconf.py``; the last value of a key wins). Refused (SlurmEnvError naming
+    ``SLURM_CONF``): an unreadable file and every form ``slurmconf`` refuses."""
+    try:
+        return slurmconf.settings(path, KEYS)
+    except slurmconf.Refused as exc:
+        raise _unread(exc, path) from None
 
 
-def _lines(text: str, name: str) -> list[str]:
-    """The lines of a Slurm configuration file without comments and blank lines; a line
-    with a backslash (an escape or a continuation) is refused, never half read."""
-    out = []
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        if "\\" in line:
-            raise _refuse(f"{name} has a line with a backslash, which slurmenv does not read: "
-                          f"{line!r}", "SLURM_CONF", name)
-        out.append(line)
-    return out
+def _unread(exc: slurmconf.Refused, conf: str) -> SlurmEnvError:
+    what = str(exc)
+    if what.endswith("cannot be read here"):
+        name = what.removesuffix(" cannot be read here")
+        return _refuse(what, "SLURM_CONF", conf,
+                       f"make {name} readable on every node (Slurm's commands need it too), or "
+                       + FIX)
+    return _refuse(f"{what}, a form slurmenv does not read", "SLURM_CONF", conf,
+                   "write the line in the plain form `Key=value` (see docs/topology.md), or "
+                   + FIX)
 
 
 # -- topology.conf ---------------------------------------------------------------------------
-def _records(text: str, path: str, first: str, allowed: tuple[str, ...],
-             alone: tuple[str, ...] = ()) -> tuple[list[dict[str, str]], dict[str, str]]:
-    """The lines of ``topology.conf`` beginning with ``first`` (``SwitchName``) as dicts of
-    their keys (lower case), and the keys of ``alone`` given on lines of their own; refuses
-    any other line, key, repeated key or empty value."""
-    records: list[dict[str, str]] = []
+#: Slurm's longest range in a node list (hostlist.c MAX_RANGE = MAX_SLURM_NODES): a longer
+#: one is an invalid node name, and slurmctld does not start.
+MAX_RANGE = 65536
+#: Names read at most from one topology.conf: the largest step slurmenv resolves.
+MAX_NAMES = nodes.MAX_NODES
+#: The node lists read: names of letters, digits, ``.``, ``_`` and ``-``, each with at most one
+#: bracket of numbers and ranges (``rack1-n[01-16,20]-ib``), which python-hostlist expands as
+#: Slurm's hostlist.c does (the width of a range is its first number's).
+_NAME = r"[A-Za-z0-9._-]"
+_NUMBER = r"[0-9]{1,9}"  # no node list holds a billion names
+_RANGES = rf"{_NUMBER}(?:-{_NUMBER})?(?:,{_NUMBER}(?:-{_NUMBER})?)*"
+_PART = rf"({_NAME}+)(?:\[({_RANGES})\]({_NAME}*))?"
+_PARTS = re.compile(_PART)  # one part; a list is parts separated by commas
+#: Longest switch name (HOST_NAME_MAX).
+MAX_SWITCH_NAME = 64
+
+
+class _Ranks:
+    """The ranks of a step's ``hosts`` as the groups (leaf switches, blocks) come in file
+    order, each host's from the first group naming it; ``budget``: the names the file may
+    still name. Every list is checked and counted; then, while a host has no rank, each part
+    ``P[ranges]S`` is looked at only through the hosts beginning with ``P`` (a bisection of the
+    sorted hosts): python-hostlist expands it when it names no more names than there are such
+    hosts, else each such host is tested against it (``_holds``). The cost follows the step's
+    hosts and the file's length, never the ranges the file names."""
+
+    def __init__(self, hosts: Sequence[str]) -> None:
+        self.wanted = set(hosts)
+        self.sorted = sorted(self.wanted)
+        self.rank: dict[str, int] = {}
+        self.budget = MAX_NAMES
+
+    def group(self, expression: str | None, rank: int, where: str) -> None:
+        if expression is None:  # a leaf switch or block without nodes
+            return
+        start = 0
+        while (part := _PARTS.match(expression, start)) is not None:
+            count = self._count(part, where)
+            if len(self.rank) < len(self.sorted):
+                self._look(part, count, rank, where)
+            start = part.end() + 1
+            if part.end() == len(expression) or expression[part.end()] != ",":
+                break
+        if part is None or part.end() != len(expression):
+            raise slurmconf.Refused(f"{where}: a node list slurmenv does not read: "
+                                    f"{slurmconf.shown(expression)}")
+
+    def _count(self, part: re.Match[str], where: str) -> int:
+        """The names of ``part``: a range of more than :data:`MAX_RANGE` names is refused as
+        Slurm refuses it, and so is a file naming more than :data:`MAX_NAMES` in all."""
+        count = 0
+        for span in (part[2] or "0").split(","):
+            low, _, high = span.partition("-")
+            size = int(high or low) - int(low) + 1
+            if not 1 <= size <= MAX_RANGE:
+                raise slurmconf.Refused(f"{where}: the range [{span}] is not 1 to {MAX_RANGE} "
+                                        "names (slurmctld refuses it)")
+            count += size
+        self.budget -= count
+        if self.budget < 0:
+            raise slurmconf.Refused(f"{where}: the file names more than {MAX_NAMES} nodes")
+        return count
+
+    def _look(self, part: re.Match[str], count: int, rank: int, where: str) -> None:
+        """Give ``rank`` to the hosts ``part`` names that have none yet."""
+        prefix = part[1]
+        if part[2] is None:  # a plain name
+            if prefix in self.wanted and prefix not in self.rank:
+                self.rank[prefix] = rank
+            return
+        candidates: list[str] = []
+        for host in itertools.islice(self.sorted, bisect.bisect_left(self.sorted, prefix), None):
+            if not host.startswith(prefix) or len(candidates) >= count:
+                break
+            candidates.append(host)
+        if not candidates:
+            return
+        if len(candidates) >= count:  # no more names than hosts: python-hostlist's
+            found = nodes.expand(part[0], f"Nodes= in {where}")
+        else:
+            found = [host for host in candidates if _holds(part, host)]
+        for host in found:
+            if host not in self.rank and host in self.wanted:
+                self.rank[host] = rank
+
+
+def _holds(part: re.Match[str], host: str) -> bool:
+    """Whether ``host`` is a name of ``part`` (``P[ranges]S``, checked by :data:`_PART`): ``P``,
+    a number in one of the ranges written as hostlist.c writes it (zero-padded to the width
+    of the range's first number), ``S``. tests/test_slurmconf.py checks it against Slurm's
+    hostlist.c and python-hostlist."""
+    prefix, spans, suffix = part[1], part[2], part[3] or ""
+    if spans is None:
+        return host == prefix
+    middle = host[len(prefix):len(host) - len(suffix)]
+    if not (host.endswith(suffix) and middle.isascii() and middle.isdigit()
+            and len(host) > len(prefix) + len(suffix)):
+        return False
+    number = int(middle)
+    for span in spans.split(","):
+        low, _, high = span.partition("-")
+        if int(low) <= number <= int(high or low) and f"{number:0{len(low)}d}" == middle:
+            return True
+    return False
+
+
+class _Record(NamedTuple):
+    name: str
+    keys: dict[str, str]  # sub-key (lower case) -> its last value
+    where: str
+
+
+def _records(text: str | bytes, path: str, line_key: str, sub_keys: tuple[str, ...],
+             plain: tuple[str, ...] = ()) -> tuple[list[_Record], dict[str, str]]:
+    """topology.conf (``text``, read from ``path``, and what it includes) as Slurm's tables
+    read it: the ``line_key`` lines (``SwitchName``) with their ``sub_keys``, and the values
+    of the ``plain`` keys (``BlockSizes``). Refused: any other key, an operator, a line
+    Slurm would not parse, an empty name or value."""
+    data = text.encode() if isinstance(text, str) else text
+    reader = slurmconf.Reader(path, "SLURM_CONF", cluster_key=False)
+    records: list[_Record] = []
     single: dict[str, str] = {}
-    for line in _lines(text, path):
-        record: dict[str, str] = {}
-        for token in line.split():
-            key, eq, value = token.partition("=")
-            key = key.lower()
-            if not eq or not value or key in record or '"' in value or "'" in value:
-                raise _refuse(f"{path} has a line slurmenv cannot read: {line!r}", "SLURM_CONF",
-                              path, f"fix {path} (Slurm reads key=value pairs), or " + FIX)
-            record[key] = value
-        keys = list(record)
-        if keys[0] in alone and len(keys) == 1:
-            single[keys[0]] = record[keys[0]]
+    for statement in reader.text_statements(data, path):
+        first, where = statement.first, statement.where
+        key = first.key.lower()
+        if first.op or not first.value:
+            raise slurmconf.Refused(f"{where} is a line slurmenv does not read as Slurm does")
+        if key in plain and statement.alone():
+            single[key] = first.value
             continue
-        if keys[0] != first or any(k not in allowed for k in keys[1:]):
-            raise _refuse(f"{path} has a line slurmenv does not know: {line!r}", "SLURM_CONF",
-                          path, f"fix {path}, or " + FIX)
-        records.append(record)
+        if key != line_key:
+            raise slurmconf.Refused(f"{where} has a key Slurm does not know there")
+        keys: dict[str, str] = {}
+        for sub in statement.rest():  # a sub-key given twice: the last value (Slurm's)
+            if sub.op or not sub.value or sub.key.lower() not in sub_keys:
+                raise slurmconf.Refused(f"{where} has a key Slurm does not know there, or "
+                                        "a form slurmenv does not read")
+            keys[sub.key.lower()] = sub.value
+        records.append(_Record(first.value, keys, where))
     return records, single
 
 
-def _members(expression: str, path: str) -> list[str]:
-    return nodes.expand(expression, f"Nodes= in {path}")
-
-
-def _rank_of(groups: list[list[str]], hosts: Sequence[str], first: int, path: str) -> list[int]:
+def _rank_of(ranks: _Ranks, hosts: Sequence[str], first: int, path: str) -> list[int]:
     """Each host's rank: ``first`` + the index of the first group naming it. A host no group
     names is refused: Slurm would give it rank 0, but it also matches a group naming it by
     its ``NodeHostName``, which slurmenv does not know (and such a node is not allocated with
     the others, observed)."""
-    wanted = set(hosts)
-    rank: dict[str, int] = {}
-    for i, group in enumerate(groups):
-        for host in group:
-            if host in wanted and host not in rank:
-                rank[host] = first + i
-    missing = [host for host in hosts if host not in rank]
+    missing = [host for host in hosts if host not in ranks.rank]
     if missing:
         raise _refuse(f"{path} lists no leaf switch or block with node {missing[0]} of this "
                       "step (by another name, its NodeHostName?)", "SLURM_CONF", path,
                       f"list every node in {path} by its NodeName, or " + FIX)
-    return [rank[host] for host in hosts]
+    return [first + ranks.rank[host] for host in hosts]
 
 
-def tree_ranks(text: str, path: str, hosts: Sequence[str]) -> list[int]:
+def tree_ranks(text: str | bytes, path: str, hosts: Sequence[str]) -> list[int]:
     """topology/tree: the rank of each of ``hosts`` (see the module's docstring)."""
-    records, _ = _records(text, path, "switchname", ("nodes", "switches", "linkspeed"))
-    names = [r["switchname"] for r in records]
-    if len(set(names)) != len(names):
-        raise _refuse(f"{path} defines a switch twice", "SLURM_CONF", path)
-    leaves = []
+    ranks = _Ranks(hosts)
+    try:
+        records, _ = _records(text, path, "switchname", ("nodes", "switches", "linkspeed"))
+        _leaves(records, ranks)
+    except slurmconf.Refused as exc:
+        raise _unread(exc, path) from None
+    return _rank_of(ranks, hosts, 1, path)
+
+
+def _leaves(records: list[_Record], ranks: _Ranks) -> None:
+    """The leaf switches' nodes, in file order (``switch_record_validate``)."""
+    names = [r.name for r in records]
+    if not records or len(set(names)) != len(names):
+        raise slurmconf.Refused("no switch, or a switch defined twice (slurmctld refuses it)")
+    leaf = 0
     for record in records:
-        if "nodes" in record and "switches" in record:
-            raise _refuse(f"{path}: switch {record['switchname']} has both nodes and switches",
-                          "SLURM_CONF", path)
-        if "switches" not in record:  # a leaf switch, possibly empty (Slurm's level 0)
-            leaves.append(_members(record["nodes"], path) if "nodes" in record else [])
-    return _rank_of(leaves, hosts, 1, path)
+        speed = record.keys.get("linkspeed", "1")
+        if len(record.name) > MAX_SWITCH_NAME or not speed.isdigit() or not speed.isascii():
+            raise slurmconf.Refused(f"{record.where}: a switch name longer than "
+                                    f"{MAX_SWITCH_NAME} or a LinkSpeed that is not a number")
+        if "nodes" in record.keys and "switches" in record.keys:
+            raise slurmconf.Refused(f"{record.where}: switch {record.name} has both nodes and "
+                                    "switches (slurmctld refuses it)")
+        if "switches" not in record.keys:  # a leaf switch, possibly empty (Slurm's level 0)
+            ranks.group(record.keys.get("nodes"), leaf, record.where)
+            leaf += 1
 
 
-def block_ranks(text: str, path: str, hosts: Sequence[str]) -> list[int]:
+def block_ranks(text: str | bytes, path: str, hosts: Sequence[str]) -> list[int]:
     """topology/block: the rank of each of ``hosts`` (BlockSizes changes which nodes a job
     gets, not their order)."""
-    records, _ = _records(text, path, "blockname", ("nodes",), ("blocksizes",))
-    names = [r["blockname"] for r in records]
-    if not records or len(set(names)) != len(names):
-        raise _refuse(f"{path} defines no block, or a block twice", "SLURM_CONF", path)
-    return _rank_of([_members(r["nodes"], path) if "nodes" in r else [] for r in records],
-                    hosts, 0, path)
+    ranks = _Ranks(hosts)
+    try:
+        records, _ = _records(text, path, "blockname", ("nodes",), ("blocksizes",))
+        names = [r.name for r in records]
+        if not records or len(set(names)) != len(names):
+            raise slurmconf.Refused(f"{path} defines no block, or a block twice")
+        for i, record in enumerate(records):
+            ranks.group(record.keys.get("nodes"), i, record.where)
+    except slurmconf.Refused as exc:
+        raise _unread(exc, path) from None
+    return _rank_of(ranks, hosts, 0, path)
