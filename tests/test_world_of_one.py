@@ -242,6 +242,7 @@ def test_a_real_agent_process_is_the_evidence(tmp_path: pathlib.Path, agent: str
     ([(100, "python3", "python3 t.py"), (90, "python3", "python3 -u -m torch.distributed.run")],
      "torch.distributed.run (pid 90)"),
     ([(100, "python3", "python3 t.py"), (90, "python3", "python3 train.py torchrun")], None),
+    ([(100, "python3", "python3 t.py"), (90, "python3", "python3 -m mytool torchrun")], None),
 ])
 def test_agent_ancestor_in_a_proc_tree(tmp_path: pathlib.Path, chain: list[tuple[int, str, str]],
                                        found: str | None) -> None:
@@ -271,6 +272,12 @@ def test_a_marker_without_a_whole_world_is_refused(marker: str, unset: list[str]
 def test_a_marker_kept_values_that_contradict_each_other_are_refused() -> None:
     err = refused({**PROLOG, "LOCAL_RANK": "4", worldguard.SET_BY: MARKER})
     assert err.variable == "LOCAL_RANK", err
+
+
+def test_a_marker_of_another_step_whose_values_are_gone_drops_nothing() -> None:
+    env = {**synth.step_env(HOSTS, [4, 4], 5), worldguard.SET_BY: MARKER}
+    res = slurmenv.resolve(env, ephemeral_range=None, step_evidence=None)
+    assert res.rank == 5 and not any("task prolog" in note for note in res.notes), res.notes
 
 
 def test_a_marker_of_another_job_in_a_batch_script_is_dropped() -> None:

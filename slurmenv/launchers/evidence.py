@@ -99,15 +99,13 @@ def agent_ancestor(names: tuple[str, ...], proc: str = "/proc",
 
 
 def _programs(cmdline: bytes) -> list[bytes]:
-    """What a command line runs, last path parts: its program, and the script or module
-    (``-m``) an interpreter runs (the first word after its options)."""
+    """What a command line runs, last path parts: its program, and the script or module an
+    interpreter runs, the first word after its options (``python3 -u -m torch.distributed.run``:
+    ``torch.distributed.run``); none after ``-c`` (a command string)."""
     words = cmdline.split(b"\0")[:8]
     found = [words[0].rpartition(b"/")[2]]
-    for index, word in enumerate(words[1:], 1):
-        if word == b"-m":
-            found += words[index + 1 : index + 2]
-            break
-        if word == b"-c":  # a command string, not a program
+    for word in words[1:]:
+        if word == b"-c":
             break
         if not word.startswith(b"-"):
             found.append(word.rpartition(b"/")[2])
