@@ -272,8 +272,8 @@ def without_stale(environ: Mapping[str, str]) -> tuple[Mapping[str, str], str | 
         told = (f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set here"
                 if missing else "it lists no whole world (RANK and WORLD_SIZE)")
         raise SlurmEnvError(
-            f"{SET_BY}={environ[SET_BY]} says slurmenv's task prolog resolved this task in "
-            f"Slurm step {step or '(none named)'}, and this process carries no Slurm variable "
+            f"{SET_BY} says slurmenv's task prolog resolved this task in Slurm step "
+            f"{step or '(none named)'}, and this process carries no Slurm variable "
             f"of its own (a scrubbed environment), but {told}: as a single process, every "
             "task would train alone", variable=SET_BY, value=environ[SET_BY],
             fix="keep the prolog's values where slurmenv runs (apptainer exec --env RANK=$RANK,"
