@@ -12,7 +12,12 @@ them (torchrun's agent ran in an srun task; a Flux broker started by ``srun flux
 their own. The rule, once for every launcher (``docs/fail-closed.md``):
 
 * the Task read must agree with every ``WORLD`` fact of every launcher whose ``detect`` is
-  true here (its own included), except the launchers its own module is ``ENCLOSED_BY``;
+  true here (its own included); those of a launcher its own module is ``ENCLOSED_BY`` may
+  differ only when the task shows the enclosure: the module's ``AGENTS`` (torchrun's agent,
+  a Flux job shell) among its ancestors (``launchers/evidence.py``), read only then;
+* a world of one (rank 0 of 1, every single-process result) must agree with every launcher's
+  ``WORLD`` facts, detecting or not, and, outside a step of srun tasks of its own, with the
+  job's sizes (``batch.JOB_WORLD``): :func:`check_world_of_one`;
 * a launcher chosen by ``--launcher``/``SLURMENV_LAUNCHER`` must also agree with the launcher
   slurmenv detects without the choice: that one must read the task and give the same rank,
   local rank and sizes. The choice picks among readings that agree; it never silences one
@@ -21,7 +26,8 @@ their own. The rule, once for every launcher (``docs/fail-closed.md``):
 A disagreement is refused naming both sources (variable and value of each). Presence and
 equality of a few variables per launcher: a module none of whose signals is set
 (``launchers.SIGNALS``) is not even imported, and those of ``launchers.NO_WORLD`` declare no
-fact, so an srun task imports no other launcher for it.
+fact, so an srun task of a larger step imports no other launcher for it (a world of one
+imports them all).
 """
 
 from __future__ import annotations

@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import shutil
 import subprocess
@@ -355,8 +354,8 @@ def test_a_world_of_one_refusal_names_every_launcher_declaring_the_variable() ->
     assert "slurm-het or slurm launcher" in err.message, err
 
 
-def test_the_env_var_world_of_one_rule_reads_no_proc_for_a_multi_task_step() -> None:
-    # the enclosure is looked for only when the worlds disagree: an srun task never reads /proc
+def test_an_srun_task_needs_no_evidence() -> None:
+    # the enclosure is looked for only when the worlds disagree: an srun task, with /proc
+    # allowed (pytest has no torchrun agent above it), resolves as before
     env = synth.step_env(HOSTS, [4, 4], 5)
     assert outcome(env, enclosure=worldguard.FIND) == (5, 8)
-    assert os.environ.get("SLURM_JOB_ID") is None
