@@ -37,6 +37,7 @@ def resolve(
     ephemeral_range: tuple[int, int] | None | object = _AUTO, cpus: int | None = None,
     step_evidence: str | None | object = _AUTO,
     rivals: Iterable[Mapping[str, str]] | None | object = _AUTO,
+    enclosure: str | None | object = _AUTO,
 ) -> Resolution:
     """Resolve this task's distributed environment from ``environ`` (default ``os.environ``).
 
@@ -53,7 +54,11 @@ def resolve(
     processes of this node, for rank 0 of a launch that is not a Slurm step (Open MPI's
     ``mpirun``, PBS PALS ``mpiexec``, a Flux job): one that is rank 0 of another launch with
     the same ``MASTER_PORT`` refuses the resolution; read from ``/proc`` unless given
-    (``None``: not looked at).
+    (``None``: not looked at). ``enclosure`` is local evidence that the task's launcher
+    runs inside the one whose variables it carries (torchrun's agent among the ancestors of a
+    worker in an srun task, a Flux job shell inside ``srun flux start``), looked for in
+    ``/proc`` unless given (``None``: none) and only when the two worlds disagree; without
+    it, the task is refused.
 
     Raises :class:`SlurmEnvError` naming the variable at fault when the environment is wrong
     (for example in a batch script outside ``srun``, where every task would get rank 0).
@@ -73,4 +78,6 @@ def resolve(
     others = pipeline.FIND if rivals is _AUTO else (
         None if rivals is None else [(None, other) for other in rivals]  # type: ignore[attr-defined]
     )
-    return pipeline.resolve(env, opts, ephemeral, cpus, evidence, others)  # type: ignore[arg-type]
+    enclosed = pipeline.FIND if enclosure is _AUTO else enclosure
+    return pipeline.resolve(env, opts, ephemeral, cpus, evidence, others,  # type: ignore[arg-type]
+                            enclosed)  # type: ignore[arg-type]

@@ -4,7 +4,8 @@
 module, nor of ``resolution`` or ``rivals``):
 
 0. **marker**: the values slurmenv's task prolog set for another step are dropped
-   (``worldguard.without_stale``), before anything is read;
+   (``worldguard.without_stale``), before anything is read; in a task with no Slurm job of
+   its own they are kept as the marker's step's (or refused when part of them is missing);
 1. **detect**: the first module of ``launchers.REGISTRY`` whose ``detect`` is true (or the one
    ``--launcher``/``SLURMENV_LAUNCHER`` names, refused when its ``detect`` is false);
 2. **read**: its ``read`` gives a :class:`~slurmenv.launchers.base.Task`;
@@ -16,7 +17,9 @@ module, nor of ``resolution`` or ``rivals``):
    processes of its node (``rivals.find``) and refuses a MASTER_PORT another launch's rank 0
    also resolves to (``rivals.py`` holds the rules, this module the loop);
 6. **world guard**, last (``worldguard.check``): the world read agrees with every detecting
-   launcher's ``WORLD`` facts and, with a chosen launcher, with the detected one's reading.
+   launcher's ``WORLD`` facts (an enclosing launcher's unless the task shows the enclosure:
+   ``enclosure``), a world of one with every launcher's, and, with a chosen launcher, with
+   the detected one's reading.
 
 What :func:`derive` shares, so each rule lives once:
 
@@ -88,13 +91,16 @@ SCRUBBED_FIX = (
 
 def resolve(environ: Mapping[str, str], options: Options, ephemeral: tuple[int, int] | None,
             cpus: int | None = None, step_evidence: str | None = FIND,
-            rivals: Rivals = FIND) -> Resolution:
+            rivals: Rivals = FIND, enclosure: str | None = FIND) -> Resolution:
     """Detect, read, check the fallback's evidence, derive, check rivals (module docstring).
 
     ``step_evidence`` is local evidence of a Slurm task step for the single-process default
     (read from /proc by ``evidence.find`` unless given; None: no evidence). ``rivals``: the
     other processes of this node for rank 0 of a launch that is not a Slurm step (``FIND``:
-    read from /proc when needed, None: not looked at).
+    read from /proc when needed, None: not looked at). ``enclosure``: local evidence that the
+    task's launcher runs inside the one whose variables it carries (``ENCLOSED_BY``: its agent
+    among this process's ancestors), for the world guard (``FIND``: read from /proc when
+    needed, None: none).
     """
     environ, stale_note = without_stale(environ)  # before anything is read
     if options.pmi != (environ.get("SLURMENV_PMI") == "1"):  # the launcher reads "1" only
@@ -118,7 +124,7 @@ def resolve(environ: Mapping[str, str], options: Options, ephemeral: tuple[int, 
     if task.launch_key is not None and task.rank == 0 and rivals is not None:
         check_rivals(task, environ, options, ephemeral, rivals)
     worldguard.check(  # last, on every path (docs/fail-closed.md)
-        environ, task, module, options.launcher)
+        environ, task, module, options.launcher, enclosure)
     return res
 
 
@@ -140,7 +146,7 @@ def check_rivals(task: Task, environ: Mapping[str, str], options: Options,
             theirs = from_environ(env, **given)
             if worldguard.launcher_of(env, theirs.launcher).read(env).rank != 0:  # cheaper than a resolution:
                 continue  # most are other ranks
-            other = resolve(env, theirs, None, 1, None, None)
+            other = resolve(env, theirs, None, 1, None, None, None)
         except Exception:  # noqa: BLE001, S112 - another process's variables, however broken,
             # never crash this rank 0: a rank that cannot resolve never binds a port through
             # slurmenv
@@ -153,7 +159,7 @@ def derive(task: Task, environ: Mapping[str, str], options: Options,
            ephemeral: tuple[int, int] | None, cpus: int | None = None) -> Resolution:
     """The Resolution of ``task``: address, ports, inherited checks and bindings added."""
     environ, stale_note = without_stale(environ)  # resolve() did it before reading
-    notes = [*task.notes, *([stale_note] if stale_note else [])]
+    notes = [*task.notes, *([stale_note] if stale_note and stale_note not in task.notes else [])]
     notes.extend(check_inherited(task, environ))
     master_addr, addr_source = address(task, options, environ)
     inherited_addr = environ.get("MASTER_ADDR")

@@ -209,7 +209,7 @@ CLAIMS: dict[str, tuple[dict[str, object], ...]] = {
             "signal": "`SLURM_JOB_ID` without a step", "status": "proven on the real cluster",
             "version": "Slurm 22.05.8",
             "what": "refused (every task would be rank 0); a job of one task and salloc's "
-                    "interactive step are one process",
+                    "interactive step in such a job are one process",
             "tests": (
                 "tests/test_real_cluster.py::test_batch_script_is_refused",
                 "tests/test_real_cluster.py::test_interactive_step_is_a_single_process",

@@ -104,7 +104,8 @@ def test_under_torchrun_the_workers_variables_are_used() -> None:
                              LOCAL_RANK="1", WORLD_SIZE="8", LOCAL_WORLD_SIZE="4",
                              GROUP_RANK="1", GROUP_WORLD_SIZE="2", MASTER_ADDR="n1",
                              MASTER_PORT="29500")
-    env = Environment(environ=environ, ephemeral_range=None)
+    agent = "torchrun (pid 7) is an ancestor of this process"  # the worker shows its agent
+    env = Environment(environ=environ, ephemeral_range=None, enclosure=agent)
     ranks = (env.global_rank(), env.local_rank(), env.node_rank(), env.world_size())
     assert ranks == (5, 1, 1, 8)
     assert (env.main_address, env.main_port, env.devices, env.num_nodes) == ("n1", 29500, 4, 2)

@@ -499,19 +499,33 @@ def test_gpus_untouched_without_binding(
 def test_interactive_step_is_a_single_process(slurm_cluster: SlurmCluster) -> None:
     """salloc with LaunchParameters=use_interactive_step opens a shell in step 4294967290 on
     the first node (one task, even for -N2 -n4; 26.05 prints the id signed: -6): slurmenv gives
-    it a single-process environment instead of refusing or pretending to be rank 0 of 4."""
+    it a single-process environment when the job has one task (salloc -N1 -n1), and refuses
+    it in a larger job, whose SLURM_NTASKS the step keeps (issue 42: a srun from that shell
+    would otherwise train worlds of one), as it refuses that job's batch script."""
     step = "-6" if release_version(slurm_cluster.release) >= (26, 5) else "4294967290"
-    typed = (
-        "echo STEP=$SLURM_STEP_ID; slurmenv export --for torch > /dev/null; echo RC=$?; "
+    typed = (  # the tree's slurmenv first: the interactive shell reads the user's profile
+        f"PATH={Path(sys.executable).parent}:$PATH; "
+        "echo STEP=$SLURM_STEP_ID; echo NTASKS=$SLURM_NTASKS NODES=$SLURM_JOB_NUM_NODES; "
+        "slurmenv export --for torch > /dev/null; echo RC=$?; "
         "slurmenv export --format json --for torch | tr -d '\\n '; echo; exit\n"
     )
-    res = slurm_cluster.run(
-        ["script", "-qec", "salloc -N2 -n4", "/dev/null"],  # salloc wants a terminal
-        env={**ENV, "SHELL": "/bin/bash"}, input=typed, timeout=TIMEOUT,
-    )
-    out = res.stdout.replace("\r", "")
-    assert f"STEP={step}\n" in out, out + res.stderr
-    assert "RC=0" in out, out + res.stderr
-    line = next(part for part in out.split("\n") if part.startswith('{"RANK"'))
+
+    def interactive(*args: str) -> str:
+        res = slurm_cluster.run(
+            ["script", "-qec", f"salloc {' '.join(args)}", "/dev/null"],  # salloc wants a tty
+            env={**ENV, "SHELL": "/bin/bash"}, input=typed, timeout=TIMEOUT,
+        )
+        out = res.stdout.replace("\r", "")
+        assert f"STEP={step}\n" in out, out + res.stderr
+        return out + res.stderr
+
+    one = interactive("-N1", "-n1")
+    assert "RC=0" in one, one
+    line = next(part for part in one.split("\n") if part.startswith('{"RANK"'))
     values = json.loads(line)
     assert (values["RANK"], values["WORLD_SIZE"], values["MASTER_ADDR"]) == ("0", "1", "127.0.0.1")
+    many = interactive("-N2", "-n4")
+    assert "NTASKS=4 NODES=2" in many, many  # the job's, in the interactive step
+    assert "RC=1" in many and "SLURM_NTASKS='4'" in many, many
+
+

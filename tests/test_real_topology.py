@@ -347,13 +347,15 @@ def test_interactive_step_id_on_26_05(
     slurm_topology_cluster: Callable[[str], SlurmCluster]
 ) -> None:
     """salloc's interactive step (LaunchParameters=use_interactive_step): 26.05 prints its id
-    signed; slurmenv still gives it a single-process environment."""
+    signed; slurmenv still gives a one-task job's a single-process environment (a larger
+    job's is refused: tests/test_real_cluster.py)."""
     cluster = slurm_topology_cluster("tree2")
-    typed = (
+    typed = (  # the tree's slurmenv first: the interactive shell reads the user's profile
+        f"PATH={Path(sys.executable).parent}:$PATH; "
         "echo STEP=$SLURM_STEP_ID; slurmenv export --format json --for torch | tr -d '\\n '; "
         "echo; exit\n"
     )
-    res = cluster.run(["script", "-qec", "salloc -N2 -n4", "/dev/null"],
+    res = cluster.run(["script", "-qec", "salloc -N1 -n1", "/dev/null"],
                       env={**ENV, "SHELL": "/bin/bash"}, input=typed, timeout=120)
     out = res.stdout.replace("\r", "")
     assert "STEP=-6" in out, out + res.stderr

@@ -29,6 +29,11 @@ FEATURES = {
         "test_readme_sbatch_example_on_gpu_nodes",
         "test_a_failed_node_ends_the_step_with_kill_on_bad_exit",
     ]),
+    "a torchrun worker in an srun task is torchrun's (its agent an ancestor); leftovers are "
+    "refused": ("debian+newest", [
+        "test_workers_in_srun_tasks_resolve_torchruns_world",
+        "test_leftover_torchrun_variables_in_a_step_are_refused",
+    ]),
 }
 
 CHECK = str(Path(__file__).parent / "programs" / "torchrun_check.py")
@@ -100,6 +105,33 @@ def test_plain_torchrun_with_exported_pet_variables(slurm_cluster: SlurmCluster)
     res = ok(slurm_cluster.srun(TWO_NODES, ["bash", "-c", script],
                                 timeout=TIMEOUT))
     check_two_nodes_four_ranks(res.per_task, ["r1n09", "r1n10"])
+
+
+def test_workers_in_srun_tasks_resolve_torchruns_world(slurm_cluster: SlurmCluster) -> None:
+    # each worker (a child of torchrun's agent, in task 0 or 1 of a 2-task step) resolves
+    # itself: torchrun's world of 4, which the step's (2 tasks) does not agree with; believed
+    # because the agent is among its ancestors (issue 42, worldguard.py)
+    script = ("eval $(slurmenv export --for torchrun); exec torchrun --nproc-per-node=2 "
+              "--no-python slurmenv show --one-line")
+    res = ok(slurm_cluster.srun(TWO_NODES, ["bash", "-c", script], timeout=TIMEOUT))
+    seen = {task: sorted(line.split()[0] for line in lines if line.startswith("rank="))
+            for task, lines in res.per_task.items()}
+    assert seen == {0: ["rank=0/4", "rank=1/4"], 1: ["rank=2/4", "rank=3/4"]}, res.stdout
+    masters = {line.split()[4].partition(":")[0] for lines in res.per_task.values()
+               for line in lines if line.startswith("rank=")}
+    assert masters == {"master=r1n09"}, res.stdout
+
+
+def test_leftover_torchrun_variables_in_a_step_are_refused(slurm_cluster: SlurmCluster) -> None:
+    # the issue's case: every task of a 4-task step carries a worker's RANK=0 WORLD_SIZE=1
+    leftovers = ("export TORCHELASTIC_RUN_ID=1.0 RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 "
+                 "LOCAL_WORLD_SIZE=1 GROUP_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500; "
+                 "slurmenv export --for torch")
+    res = slurm_cluster.srun(["-N2", "--ntasks-per-node=2"], ["bash", "-c", leftovers],
+                             timeout=TIMEOUT)
+    assert res.returncode != 0
+    assert "export RANK" not in res.stdout, res.stdout
+    assert res.stderr.count("variable: SLURM_") == 4, res.stderr  # every task says why
 
 
 def test_refuses_two_tasks_per_node(slurm_cluster: SlurmCluster) -> None:

@@ -131,8 +131,13 @@ def test_a_torchrun_worker_in_a_demo_task_is_torchruns() -> None:
               "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "1", "NNODES": "2", "MASTER_ADDR": "d0",
               "MASTER_PORT": "29500"}
     env = {"DEMO_RANK": "1", "DEMO_SIZE": "2", "DEMO_MASTER": "d0", **worker}
-    res = slurmenv.resolve(env, ephemeral_range=None, step_evidence=None, rivals=None)
+    agent = "torchrun (pid 7) is an ancestor of this process"  # the worker shows its agent
+    res = slurmenv.resolve(env, ephemeral_range=None, step_evidence=None, rivals=None,
+                           enclosure=agent)
     assert (res.launcher, res.rank, res.world_size) == ("torchrun", 3, 4)
+    with pytest.raises(SlurmEnvError) as info:  # else a leftover copy: the demo task's world
+        slurmenv.resolve(env, ephemeral_range=None, step_evidence=None, enclosure=None)
+    assert info.value.variable == "DEMO_RANK"
 '''
 LAUNCHER = Recipe(
     "Recipe: add a launcher", {"name": "demo"},

@@ -218,7 +218,8 @@ def test_torchrun_inside_srun_wins_and_is_reported() -> None:
     env = synth.step_env(["n1", "n2"], [1, 1], 1, TORCHELASTIC_RUN_ID="abc", RANK="5",
                          LOCAL_RANK="1", WORLD_SIZE="8", LOCAL_WORLD_SIZE="4", GROUP_RANK="1",
                          GROUP_WORLD_SIZE="2", MASTER_ADDR="n1", MASTER_PORT="29500")
-    res = resolve(env)
+    # the worker shows its agent (issue 42: without it, refused; tests/test_world_of_one.py)
+    res = resolve(env, enclosure="torchrun (pid 7) is an ancestor of this process")
     assert res.launcher == "torchrun"
     assert distributed(res) == {
         "RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4",

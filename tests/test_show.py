@@ -11,6 +11,7 @@ import json
 import os
 import random
 import re
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -218,17 +219,21 @@ def test_no_gpus() -> None:
     assert gpus_of(synth.step_env(HOSTS, [2, 1, 1, 1], 4)) == ["-"] * 5
 
 
-def test_all_ranks_under_torchrun_says_why_not(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_all_ranks_under_torchrun_says_why_not(tmp_path: Path) -> None:
+    from test_world_of_one import run_under
+
+    # a worker of a real process named torchrun (its agent: issue 42), in an srun task
     env = synth.step_env(HOSTS, [2, 2, 2, 2], 3, TORCHELASTIC_RUN_ID="r", RANK="1",
                          WORLD_SIZE="2", MASTER_ADDR="r1n10", MASTER_PORT="29400",
                          LOCAL_RANK="1", LOCAL_WORLD_SIZE="2")
-    use_env(monkeypatch, env)
-    assert main(["show", "--all-ranks"]) == 1
-    assert "--all-ranks needs the whole step's layout, but torchrun" in capsys.readouterr().err
-    assert main(["show", "--one-line"]) == 0  # this task alone is known
-    assert capsys.readouterr().out.startswith("rank=1/2 node=r1n10 ")
+    env = synth.clean_env(PYTHONPATH=str(Path(__file__).resolve().parents[1]), **env)
+    show = [sys.executable, "-m", "slurmenv", "show"]
+    out = run_under("torchrun", tmp_path, [*show, "--all-ranks"], env)
+    assert out.returncode == 1
+    assert "--all-ranks needs the whole step's layout, but torchrun" in out.stderr
+    out = run_under("torchrun", tmp_path, [*show, "--one-line"], env)
+    assert out.returncode == 0, out.stderr  # this task alone is known
+    assert out.stdout.startswith("rank=1/2 node=r1n10 ")
 
 
 def mpi_rank_env(name: str, rank: int) -> dict[str, str]:

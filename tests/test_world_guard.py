@@ -78,9 +78,11 @@ def test_a_chosen_slurm_launcher_cannot_silence_a_flux_job() -> None:
     broker = synth.step_env(HOSTS[:2], [1, 1], 1)
     flux = {"FLUX_TASK_RANK": "3", "FLUX_TASK_LOCAL_ID": "0", "FLUX_JOB_SIZE": "4",
             "FLUX_JOB_NNODES": "4", "FLUX_JOB_ID": "f2Kq4", "SLURMENV_MASTER_ADDR": "r1n09"}
-    res = slurmenv.resolve({**broker, **flux}, ephemeral_range=None, step_evidence=None)
+    shell = "flux-shell (pid 7) is an ancestor of this process"
+    res = slurmenv.resolve({**broker, **flux}, ephemeral_range=None, step_evidence=None,
+                           enclosure=shell)
     assert (res.launcher, res.rank, res.world_size) == ("flux", 3, 4)  # Flux's, as before
-    err = refusal({**broker, **flux, "SLURMENV_LAUNCHER": "slurm"})
+    err = refusal({**broker, **flux, "SLURMENV_LAUNCHER": "slurm"}, enclosure=shell)
     assert (err.variable, err.value) == ("FLUX_TASK_RANK", "3"), err
     assert "SLURM_PROCID=1" in err.message
 
@@ -105,15 +107,16 @@ def test_readings_that_agree_can_be_chosen_between() -> None:
 
 
 # -- the prolog's marker before anything is read ----------------------------------------------
-def test_a_stale_prolog_marker_outside_slurm_is_applied_before_detection() -> None:
-    stale = {"RANK": "2", "LOCAL_RANK": "0", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "1",
-             "NODE_RANK": "2", "NNODES": "4", "MASTER_ADDR": "r1n09", "MASTER_PORT": "23456",
-             "SLURMENV_SET_BY": "4242.7:RANK,LOCAL_RANK,WORLD_SIZE,LOCAL_WORLD_SIZE,NODE_RANK,"
-                                "NNODES,MASTER_ADDR,MASTER_PORT"}
-    res = slurmenv.resolve(stale, ephemeral_range=None, step_evidence=None)
-    assert (res.launcher, res.rank, res.world_size) == ("local", 0, 1)
-    assert any("resolved again" in note for note in res.notes)
-    assert res.master_addr == "127.0.0.1"
+def test_the_prolog_marker_outside_slurm_keeps_its_steps_values() -> None:
+    # no Slurm job of its own (a scrubbed container): the marker's step is this task's, and
+    # its values a whole world (issue 42; before, they were dropped into a world of one)
+    kept = {"RANK": "2", "LOCAL_RANK": "0", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "1",
+            "NODE_RANK": "2", "NNODES": "4", "MASTER_ADDR": "r1n09", "MASTER_PORT": "23456",
+            "SLURMENV_SET_BY": "4242.7:RANK,LOCAL_RANK,WORLD_SIZE,LOCAL_WORLD_SIZE,NODE_RANK,"
+                               "NNODES,MASTER_ADDR,MASTER_PORT"}
+    res = slurmenv.resolve(kept, ephemeral_range=None, step_evidence=None)
+    assert (res.rank, res.world_size, res.master_addr) == (2, 4, "r1n09")
+    assert sum("kept as that step's values" in note for note in res.notes) == 1, res.notes
 
 
 # -- the declarations the guard rests on ----------------------------------------------------

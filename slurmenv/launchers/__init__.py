@@ -64,8 +64,8 @@ REGISTRY = (
     # sets both and Hydra's variables say more.
     "mvapich",
     # Inside a Slurm job but in no step of srun tasks (batch script, salloc shell, extern
-    # step): refused, except a job of exactly one task and salloc's interactive step (one
-    # process each). After every launcher that can run inside a job, before the hand-set
+    # step): refused, except a job of exactly one task and salloc's interactive step of a job
+    # no larger (one process each). After every launcher that can run inside a job, before the hand-set
     # variables, which a batch script often exports.
     "batch",
     # A pod of a Kubernetes training operator (KUBERNETES_SERVICE_HOST with RANK/WORLD_SIZE or

@@ -4,7 +4,8 @@ get rank 0: refused. (The registry's ``batch``; its NAME, shown to users, is
 ``slurm-outside-step``.)
 
 salloc's interactive step (``LaunchParameters=use_interactive_step``) runs one process: it
-resolves as a single process.
+resolves as a single process when the job says no larger world (:data:`JOB_WORLD`, checked by
+the world guard with every other single-process result).
 """
 
 from __future__ import annotations
@@ -30,6 +31,14 @@ TASK_VARIABLES: tuple[str, ...] = ()
 FALLBACK = False
 WORLD: tuple[tuple[str, str], ...] = ()
 ENCLOSED_BY: tuple[str, ...] = ()
+#: The job's sizes, facts of the world only where the task runs in no step of srun tasks of
+#: its own (the batch script, an salloc shell, the interactive step; in a step, srun sets
+#: SLURM_NTASKS/SLURM_NNODES to the step's, except with srun -E, and SLURM_JOB_NUM_NODES stays
+#: the job's): a world of one there must agree with them (``worldguard.py``), so the
+#: interactive step of an 8-task job is refused as its batch script is.
+JOB_WORLD: tuple[tuple[str, str], ...] = (
+    ("world_size", "SLURM_NTASKS"), ("world_size", "SLURM_NPROCS"),
+    ("nnodes", "SLURM_JOB_NUM_NODES"), ("nnodes", "SLURM_NNODES"))
 WHY_EMPTY = {
     "PREFIXES": "every variable read is named in VARIABLES",
     "TASK_VARIABLES": "the variables of a Slurm job: slurm.py declares them",

@@ -39,6 +39,9 @@ WORLD: tuple[tuple[str, str], ...] = (("rank", "FLUX_TASK_RANK"), ("world_size",
          ("local_rank", "FLUX_TASK_LOCAL_ID"), ("nnodes", "FLUX_JOB_NNODES"))
 #: A Flux instance started by srun (srun flux start) hands its jobs the broker's SLURM_*.
 ENCLOSED_BY: tuple[str, ...] = ("het", "slurm")
+#: Flux's processes above a task: its job shell (under the broker); the enclosure is believed
+#: only with one of them among the task's ancestors (``worldguard.py``, ``evidence.py``).
+AGENTS = ("flux-shell", "flux-broker")
 WHY_EMPTY = {"PREFIXES": "every variable read is named in VARIABLES"}
 FIX = "run slurmenv inside a task that flux run/submit started; Flux sets this in every task"
 SAME_JOB = "these come from the same Flux job: do not set them by hand"

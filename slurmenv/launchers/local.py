@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Mapping
 
 from ..errors import SlurmEnvError
@@ -58,6 +57,8 @@ def single_process(
     environ: Mapping[str, str], launcher: str, where: str, origin: str, origin_fix: str | None
 ) -> Task:
     """Rank 0 of a world of 1 on 127.0.0.1; ``where`` says why (for ``sources``)."""
+    import socket  # only here: the world guard imports this module for every world of one
+
     sources = {
         "RANK": f"{where}: single process",
         "LOCAL_RANK": f"{where}: single process",

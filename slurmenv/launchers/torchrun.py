@@ -36,6 +36,10 @@ WORLD: tuple[tuple[str, str], ...] = (("rank", "RANK"), ("world_size", "WORLD_SI
 #: registry, so a launcher added there is one too. Not preset: its variables are torchrun's own.
 ENCLOSED_BY: tuple[str, ...] = tuple(
     name for name in REGISTRY[REGISTRY.index(NAME) + 1:] if name not in (*NO_WORLD, "preset"))
+#: torchrun's agent, the process that starts the workers (``torchrun``, ``python -m
+#: torch.distributed.run``, the older ``torch.distributed.launch``): the enclosure is believed
+#: only with one of them among the task's ancestors (``worldguard.py``, ``evidence.py``).
+AGENTS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 WHY_EMPTY = {"PREFIXES": "every variable read is named in VARIABLES"}
 
 
