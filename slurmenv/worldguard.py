@@ -60,7 +60,7 @@ LAUNCHER_FIX = (
     "unset SLURMENV_LAUNCHER (or drop --launcher) to let slurmenv detect the launcher, or run "
     "where that launcher started the task")
 ONE_FIX = (
-    "run slurmenv in every task of the larger world (srun slurmenv exec -- python train.py; "
+    "run slurmenv in every task of the larger world (srun -K slurmenv exec -- python train.py; "
     "under torchrun, in each worker), or, for a single process, unset {variable} (a stale "
     "copy, set by hand or exported by a batch script)")
 ENCLOSED_FIX = (
