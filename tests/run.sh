@@ -94,7 +94,8 @@ if sys.prefix != sys.base_prefix:  # a virtual environment: the interpreter it w
     found += [os.path.join(sys.base_prefix, "bin", name) for name in names]
     exe = next(p for p in found if p and os.path.isfile(p) and os.access(p, os.X_OK)
                and not os.path.abspath(p).startswith(inside))
-print(os.path.realpath(exe))') || { echo "cannot tell the base interpreter of $CALLER_PY" >&2; exit 1; }
+print(os.path.realpath(exe))') ||
+  { echo "cannot tell which interpreter $CALLER_PY was made from" >&2; exit 1; }
 py_tag=$("$BASE_PY" -c 'import sys; print("py%d.%d" % sys.version_info[:2])')
 VENV=${SLURMENV_TEST_VENV:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/slurmenv/test-venv-$py_tag}
 # the base interpreter it was made from (another one of the same X.Y remakes it): ours to remake
@@ -109,10 +110,10 @@ else
   fi
   rm -rf "$VENV"
   echo "making the suite's virtual environment: $VENV (from $BASE_PY)"
-  mkdir -p "$(dirname -- "$VENV")"
+  mkdir -p "$VENV"
+  printf '%s\n' "$BASE_PY" > "$MARK"  # first: a venv that fails half-made is remade next time
   start=$(date +%s)
   "$BASE_PY" -m venv "$VENV"
-  printf '%s\n' "$BASE_PY" > "$MARK"
   echo "made in $(($(date +%s) - start)) s"
 fi
 PY=$VENV/bin/python
@@ -122,12 +123,13 @@ pip_start=$(date +%s)
 
 pip() { echo "pip install $*"; "$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore "$@"; }
 # This checkout editable, with its test extras: again only when pyproject.toml changed or the
-# venv's slurmenv is another clone's.
+# venv's slurmenv is another clone's (-I: not the slurmenv of the current directory).
 installed=$VENV/.slurmenv-installed
 want="$(pwd) $(cksum < pyproject.toml)"
+ours='import os, sys, slurmenv
+sys.exit(not os.path.realpath(slurmenv.__file__).startswith(os.path.realpath(sys.argv[1]) + os.sep))'
 if [ "$(cat "$installed" 2>/dev/null)" != "$want" ] ||
-    ! "$PY" -c 'import os, sys, slurmenv; sys.exit(not os.path.realpath(slurmenv.__file__).startswith(os.path.realpath(sys.argv[1]) + os.sep))' \
-      "$(pwd)/slurmenv" 2>/dev/null; then
+    ! "$PY" -I -c "$ours" "$(pwd)/slurmenv" 2>/dev/null; then
   pip -e '.[test]'
   printf '%s\n' "$want" > "$installed"
 fi
