@@ -2,8 +2,9 @@
 directory image that has no slurmenv inside.
 
 The image is built here, from nothing downloaded: a directory tree with the mount points
-``ch-run`` needs, the host's ``/usr`` (and the interpreter's prefix) bound in read-only, as
-a site image would carry its own Python. What is proven:
+``ch-run`` needs, the host's ``/usr`` and the Python the tests run with bound in read-only (its
+virtual environment, when it is one, and the interpreter that environment links to, wherever
+``sys.base_prefix`` is), as a site image would carry its own Python. What is proven:
 
 * the task prolog (``srun --task-prolog=slurmenv-task-prolog ch-run IMG -- prog``) and
   ``srun slurmenv exec -- ch-run IMG -- prog`` on the host give the program inside every
@@ -55,9 +56,27 @@ FEATURES = {
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 PROLOG = f"--task-prolog={BIN / 'slurmenv-task-prolog'}"
-#: The interpreter the image runs: the real one behind the virtual environment (its prefix is
-#: bound in; the venv, where the checkout is installed, is not).
-PYTHON = os.path.realpath(sys.executable)
+#: The interpreter the image runs: the one running the tests (tests/run.sh's virtual environment,
+#: or any other), with its packages (torch, hostlist); PREFIXES are bound in for it.
+PYTHON = sys.executable
+
+
+def python_prefixes() -> list[str]:
+    """What ``PYTHON`` needs outside ``/usr``, parents first: the virtual environment (whose
+    site-packages hold the packages; the checkout it installs editable is elsewhere and not
+    bound), the base interpreter's prefix (the standard library, and the packages of a venv made
+    with ``--system-site-packages``) and the prefix of the binary the venv's ``python`` links to."""
+    real = os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))
+    found: list[str] = []
+    for path in sorted({sys.prefix, sys.base_prefix, real}, key=len):
+        if path == "/usr" or path.startswith("/usr/") or path in ("", "/"):
+            continue
+        if not any(path == p or path.startswith(p + "/") for p in found):
+            found.append(path)
+    return found
+
+
+PREFIXES = python_prefixes()
 ENV = {"PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "USER": "root"}
 TIMEOUT = 180.0
 NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
@@ -94,19 +113,17 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
             (img / name).mkdir()
     for name in ("passwd", "group", "hosts", "resolv.conf"):  # ch-run binds the host's on these
         (img / "etc" / name).write_text("")
-    for path in (sys.base_prefix, SRC):
-        if not path.startswith("/usr/"):
-            (img / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    for path in (*PREFIXES, SRC):
+        (img / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
     return img
 
 
 def ch_run(image: Path, *extra: str) -> list[str]:
-    """``ch-run`` of the image with the host's /usr, the interpreter's prefix and the
+    """``ch-run`` of the image with the host's /usr, the test Python's prefixes and the
     host's /bin, /lib... (where they are not links to /usr) bound read-only."""
     binds = ["/usr"] + [f"/{n}" for n in ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
                         if Path(f"/{n}").is_dir() and not Path(f"/{n}").is_symlink()]
-    if not sys.base_prefix.startswith("/usr/"):
-        binds.append(sys.base_prefix)
+    binds += PREFIXES
     return ["ch-run", *(f"-b{b}:{b}" for b in binds), *extra, str(image), "--"]
 
 

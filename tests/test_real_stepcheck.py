@@ -127,6 +127,8 @@ TORCH = """import os, torch, torch.distributed as dist
 dist.init_process_group("gloo")
 t = torch.tensor([dist.get_rank() + 1.0]); dist.all_reduce(t)
 print(f"rank {dist.get_rank()}: all_reduce {t.item():.0f} on port {os.environ['MASTER_PORT']}")
+dist.barrier()  # no rank tears its group down while another still talks to it
+dist.destroy_process_group()
 """
 
 

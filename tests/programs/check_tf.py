@@ -12,6 +12,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # one log line less
 
 import tensorflow as tf
+from tensorflow.python.eager import context
 
 config = json.loads(os.environ["TF_CONFIG"])
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
@@ -32,4 +33,7 @@ line = "CHECK " + json.dumps({
     "sum": int(result.numpy()), "expected": expected, "tf_config": config,
 })
 os.write(1, (line + "\n").encode())
+# no worker exits while a peer may still read from it: every worker waits here (TensorFlow's
+# coordination service, which MultiWorkerMirroredStrategy starts) before leaving
+context.context().wait_at_barrier("check_tf-end", 120_000)
 raise SystemExit(0 if int(result.numpy()) == expected else 1)

@@ -65,5 +65,6 @@ line = "CHECK " + json.dumps({
 })
 # One write(2) per line: lines of tasks sharing a pipe never interleave.
 os.write(1, (line + "\n").encode())
+dist.barrier()  # no rank tears its group down while another still talks to it
 dist.destroy_process_group()
 raise SystemExit(0 if value.item() == expected else 1)

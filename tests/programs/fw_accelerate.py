@@ -17,4 +17,5 @@ line = json.dumps({
     "host": socket.gethostname(),
 })
 os.write(1, (line + "\n").encode())
-accelerator.end_training()
+accelerator.wait_for_everyone()  # no process tears its group down while another still talks to it
+accelerator.end_training()  # destroys the process group

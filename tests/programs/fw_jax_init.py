@@ -23,4 +23,6 @@ line = json.dumps({
     "host": socket.gethostname(), "ompi_rank": int(os.environ.get("OMPI_COMM_WORLD_RANK", "-1")),
 })
 os.write(1, (line + "\n").encode())
+# a barrier too: each process waits here until every other one shuts down (the coordination
+# service's shutdown barrier), so none leaves while a peer still talks to it
 jax.distributed.shutdown()

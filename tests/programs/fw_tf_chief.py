@@ -16,6 +16,7 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 os.environ.pop("TF_CONFIG", None)  # prove the resolver needs no variable
 
 import tensorflow as tf
+from tensorflow.python.eager import context
 
 import slurmenv.tf
 
@@ -70,3 +71,6 @@ out["step_losses"] = [round(float(train_step(tf.constant(i))), 4) for i in range
 out["loss_after"] = float(loss_of(held_out))
 out["replicas"] = strategy.num_replicas_in_sync
 os.write(1, (json.dumps(out) + "\n").encode())
+# no worker exits while a peer may still read from it: every worker waits here (TensorFlow's
+# coordination service, which MultiWorkerMirroredStrategy starts) before leaving
+context.context().wait_at_barrier("fw_tf_chief-end", 120_000)

@@ -7,6 +7,7 @@ import os
 os.environ.pop("TF_CONFIG", None)  # prove the resolver needs no variable
 
 import tensorflow as tf
+from tensorflow.python.eager import context
 
 import slurmenv.tf
 
@@ -22,3 +23,6 @@ line = json.dumps({
     "tf_config_set": "TF_CONFIG" in os.environ,
 })
 os.write(1, (line + "\n").encode())
+# no worker exits while a peer may still read from it: every worker waits here (TensorFlow's
+# coordination service, which MultiWorkerMirroredStrategy starts) before leaving
+context.context().wait_at_barrier("fw_tf_mwms-end", 120_000)

@@ -19,4 +19,5 @@ line = json.dumps({
 })
 # One write(2) per line: lines of workers sharing a pipe never interleave.
 os.write(1, (line + "\n").encode())
+dist.barrier()  # no rank tears its group down while another still talks to it
 dist.destroy_process_group()

@@ -70,6 +70,7 @@ def cell(run: int) -> dict:
            "local_rank": res.local_rank, "host": socket.gethostname(),
            "master": f"{res.master_addr}:{res.master_port}", "sum": value.item(),
            "launcher": res.launcher}
+    dist.barrier()  # no engine tears its group down while another still talks to it
     dist.destroy_process_group()
     return out
 
