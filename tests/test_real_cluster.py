@@ -4,7 +4,7 @@ The cluster (``tests/slurm_harness.py``: nodes r1n09 r1n10 r2n09 r2n10, each in 
 namespace of its own, ``MpiParams=ports=12000-12999``) is started once per session and Slurm
 release: Debian's 22.05, and for the tests ``FEATURES`` declares so, every release built from
 source (tests/slurm_releases.py). Each test runs what a user would write in a batch script, such as
-``srun … bash -c 'eval $(slurmenv export); exec python check.py'``, and checks the result
+``srun -K … bash -c 'env=$(slurmenv export) && eval "$env" && exec python check.py'``, and checks the result
 from outside. Frameworks run only where they are what is proven:
 
 1. torch ``gloo`` all_reduce over 4 nodes for the default layout (uneven ``-N4 -n8``: 5,1,1,1),
@@ -65,7 +65,7 @@ FEATURES = {
     "heterogeneous steps and jobs": ("every", [
         "test_heterogeneous_batch_job", "test_heterogeneous_step_distribution_is_not_the_components",
         "test_heterogeneous_step_unknown_layout"]),
-    "torch meets through `eval $(slurmenv export)`, in two concurrent steps of one job on "
+    "torch meets through `slurmenv export`, in two concurrent steps of one job on "
     "distinct ports": ("every", ["test_concurrent_steps_get_distinct_ports"]),
     "torch meets, every layout and a heterogeneous step": ("debian", [
         "test_torch_all_reduce", "test_heterogeneous_step_torch"]),
@@ -92,7 +92,7 @@ ENV = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH'
 TIMEOUT = 120.0  # per srun: a framework step takes 5-30 s on 2 cores
 
 # The documented form, single-quoted so that it is evaluated in each task.
-EXPORT_THEN = "eval $(slurmenv export); exec python {}"
+EXPORT_THEN = 'env=$(slurmenv export) && eval "$env" && exec python {}'
 
 
 def explain(res: SrunResult | BatchResult) -> str:
@@ -134,9 +134,9 @@ def per_rank(res: SrunResult, prefix: str, where: str = "") -> dict[int, dict[st
 def srun(
     cluster: SlurmCluster, args: Sequence[str], script: str, env: dict[str, str] | None = None
 ) -> SrunResult:
-    """``srun --label ARGS bash -c SCRIPT`` on the cluster, this interpreter first on PATH."""
+    """``srun --label -K ARGS bash -c SCRIPT`` on the cluster, this interpreter first on PATH."""
     return cluster.srun(
-        list(args), ["bash", "-c", script], env={**ENV, **(env or {})}, timeout=TIMEOUT
+        ["--kill-on-bad-exit=1", *args], ["bash", "-c", script], env={**ENV, **(env or {})}, timeout=TIMEOUT
     )
 
 
@@ -264,7 +264,7 @@ srun --label hostname
 
 # -- 5. two concurrent steps of one job ---------------------------------------------------------
 CONCURRENT = """#!/bin/bash
-run='eval $(slurmenv export); exec python {check}'
+run='env=$(slurmenv export) && eval "$env" && exec python {check}'
 pair() {{  # two steps at once on the job's two nodes: both put rank 0 on the first node
   mkdir "$1" && export CHECK_MEET_DIR=$PWD/$1 CHECK_MEET_COUNT=2
   srun --overlap --label -N2 -n2 $2 bash -c "$run" > "$1-a.out" 2>&1 & a=$!
@@ -396,7 +396,7 @@ HET_BATCH = """#!/bin/bash
 #SBATCH --nodes=1 --ntasks-per-node=2
 #SBATCH hetjob
 #SBATCH --nodes=2 --ntasks-per-node=1
-show='eval $(slurmenv export); echo $(hostname) $RANK $WORLD_SIZE $MASTER_ADDR $TF_CONFIG'
+show='env=$(slurmenv export) && eval "$env" && echo $(hostname) $RANK $WORLD_SIZE $MASTER_ADDR $TF_CONFIG'
 echo "== both"; srun --label --het-group=0,1 bash -c "$show"
 echo "== one"; srun --label --het-group=1 bash -c "$show"
 """
@@ -466,7 +466,7 @@ def test_heterogeneous_step_unknown_layout(slurm_cluster: SlurmCluster) -> None:
 GPU_SHOW = (
     "before=$CUDA_VISIBLE_DEVICES; "
     "test -z \"$(slurmenv export | grep CUDA_VISIBLE_DEVICES)\" || echo EXPORTED-GPUS; "
-    "eval $(slurmenv export); "
+    "env=$(slurmenv export) && eval \"$env\" && "
     "echo $(hostname) $before $CUDA_VISIBLE_DEVICES $SLURM_LOCALID $LOCAL_RANK $LOCAL_WORLD_SIZE"
 )
 
