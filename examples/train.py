@@ -38,6 +38,9 @@ same = all(torch.equal(weights, other) for other in gathered)
 print(f"rank {rank}/{world} on {os.uname().nodename}: loss {loss.item():.4f}, "
       f"weights {'identical on every rank' if same else 'DIFFER'}", flush=True)
 dist.barrier()  # no rank tears its group down while another still talks to it
+# DDP's reducer holds the process group: drop it first, so that the group is torn down here,
+# not by the interpreter's exit in an order gloo's threads do not survive
+del model, optimizer
 dist.destroy_process_group()
 if not same:
     raise SystemExit(1)
