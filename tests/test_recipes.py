@@ -182,7 +182,7 @@ OPTION = Recipe(
             '    )')),
         "slurmenv/__init__.py": insert("    ephemeral_range: tuple[int, int] | None | object = _AUTO,",
                                        "    demo_flag: bool | None = None,\n"),
-        "README.md": insert(" and `--launcher`; `slurmenv torchrun`", ", `--demo-flag`"),
+        "README.md": insert(" and `--pmi`; `slurmenv torchrun`", ", `--demo-flag`"),
     },
     ["tests/test_options.py", "tests/test_doc_claims.py::test_the_readme_says_which_command_takes_which_option"],
     ["README.md"],
