@@ -127,6 +127,18 @@ def test_the_issue_cases_are_redacted_where_the_resolution_recorded_them() -> No
     assert data["redacted"] > 0
 
 
+def test_a_token_in_a_variables_name_is_in_no_part_of_the_dump() -> None:
+    data = dump.collect({**BASE, "SLURMENV_X_ghp_PLANTED0a1b2c": "1"})
+    assert not leaks(data) and f"SLURMENV_X_{REDACTED}" in data["environ"]
+
+
+def test_every_redaction_is_counted_the_environments_too() -> None:
+    assert dump.collect({**BASE, CREDENTIAL[0]: CREDENTIAL[1]})["redacted"] == 1
+    proxy = dump.collect({**BASE, "https_proxy": "http://u:hunter2PLANTED@proxy:3128"})
+    assert proxy["environ"]["https_proxy"] == f"http://{REDACTED}@proxy:3128"
+    assert proxy["redacted"] == 1 and not leaks(proxy)
+
+
 def test_a_dump_without_secrets_is_not_changed() -> None:
     data = dump.collect(BASE)
     assert data["redacted"] == 0
@@ -185,3 +197,15 @@ def test_a_redacted_count_that_is_no_count_is_refused(tmp_path: pathlib.Path) ->
     capture.write_new(str(path), json.dumps({**data, "redacted": "x"}))
     with pytest.raises(SlurmEnvError, match="redacted"):
         dump.load(str(path))
+
+
+@pytest.mark.parametrize("separator", [" ", "\t", "=", ":", ",", ";", "@", "/", "'", '"'])
+def test_the_token_rule_splits_words_at_every_separator(separator: str) -> None:
+    # base.holds_token, the rule a variable's value and a file's line go through (a token
+    # after ':', ',', '/' or a quote was kept when it split only at blanks and '=')
+    from slurmenv.launchers import base
+
+    assert base.holds_token(f"r1n09{separator}ghp_PLANTED0a1b2c")
+    assert base.looks_like_credential(f"r1n09{separator}ghp_PLANTED0a1b2c")
+    assert base.redact("SLURMENV_MASTER_ADDR", f"r1n09{separator}ghp_x") == REDACTED
+    assert not base.holds_token(f"r1n09{separator}n1")

@@ -107,10 +107,11 @@ OPAQUE = ("binary_files",)
 
 def scrub(record: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
     """The record with every secret of it replaced (module docstring), and ``redacted``: how
-    many of its strings were changed (0: none)."""
+    many of its strings were changed, here or as the environment was selected (0: none)."""
     scrubber = _Scrubber(secret_values(environ))
     out = {key: value if key in OPAQUE else scrubber.walk(value)
            for key, value in record.items()}
-    environ_redacted = sum(value == REDACTED for value in (out.get("environ") or {}).values())
-    out["redacted"] = scrubber.changed + environ_redacted
+    selected = out.get("environ") or {}  # redacted as selected (allowlist.select) or here
+    out["redacted"] = scrubber.changed + sum(
+        value != environ.get(name) for name, value in selected.items())
     return out

@@ -203,8 +203,9 @@ class _Report:
     def after_verdict(self) -> None:
         outcome = self.outcome
         if outcome.late:
+            held = self.held_by() is not None  # late from the backlog: not their nodes' fault
             for arrival in outcome.late:
-                self.mark(int(arrival.facts["rank"]), arrival.facts.get("node"))
+                self.mark(int(arrival.facts["rank"]), None if held else arrival.facts.get("node"))
             who = [f"rank {a.facts['rank']} on {one_line(a.facts.get('node'))} "
                    f"({_from_text(a)}) at {a.seconds:.1f} s" for a in outcome.late[:5]]
             more = len(outcome.late) - len(who)
