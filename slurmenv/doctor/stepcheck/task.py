@@ -166,6 +166,10 @@ class Task:
             differ.append("task")
         if not differ:
             return None
+        if "job" in differ:
+            return (f"{self.addr}:{self.port} is held by rank 0 of job "
+                    f"{one_line(ident.get('job'))}, not this task's job "
+                    f"{one_line(self.ident['job'])}: two steps share it")
         theirs = ", ".join(f"{k} {one_line(ident.get(k) if k != 'task' else reply.get(k))}"
                            for k in differ)
         return (f"{self.who}: {self.addr}:{self.port} answered with another step's identity "
@@ -192,12 +196,8 @@ class Task:
             except ProtocolError:
                 raise _Stop(self._held()) from None
             if reply is not None:
-                ident = reply.get("id")
-                if not isinstance(ident, dict) or ident.get("job") != self.ident["job"]:
-                    raise _Stop(self._held() if not isinstance(ident, dict) else (
-                        f"{self.addr}:{self.port} is held by rank 0 of job "
-                        f"{one_line(ident.get('job'))}, not this task's job "
-                        f"{one_line(self.ident['job'])}: two steps share it"))
+                if not isinstance(reply.get("id"), dict):
+                    raise _Stop(self._held())
                 return reply, rest
             left = self.until - time.monotonic()
             if left <= 0:
