@@ -366,3 +366,56 @@ print(rank0.outcome.fd_limit is not None, len(rank0.outcome.arrivals),
 
 def test_accepting_resumes_once_a_descriptor_is_free_after_emfile() -> None:
     assert in_process(RESUME, str(free_port())) == ["True", "1", "True"]
+
+
+# -- the report: what held rank 0, and at most 20 problem lines ------------------------------
+def judged(counts: list[int], ranks: list[int], **outcome_fields: Any) -> tuple[bool, list[str]]:
+    """Rank 0's report on a step of ``counts`` where ``ranks`` arrived, agreeing in all, and
+    the outcome had ``outcome_fields`` (no network)."""
+    env = step(counts, 20000)[0]
+    res = resolve(env, ephemeral_range=None, rivals=None)
+    own = stepcheck.facts_of(res, {})
+    outcome = stepcheck.Outcome()
+    for field, value in outcome_fields.items():
+        setattr(outcome, field, value)
+    hosts = res.hosts
+    for rank in ranks:
+        told = {**own, "rank": rank, "node": hosts[res.node_of[rank]], "via": "127.0.0.1"}
+        outcome.arrivals.append(stepcheck.Arrival(None, "127.0.0.1", told, 0.1))
+    return stepcheck.report(res, own, outcome, {})
+
+
+@pytest.mark.parametrize(("fields", "why"), [
+    ({"crowded": 7}, "rank 0 was held by 7 connections that did not say who they were"),
+    ({"fd_limit": 40, "most_kept": 35}, "rank 0 met its open-file limit (below)"),
+])
+def test_ranks_that_never_came_behind_strangers_or_the_limit_blame_no_node(
+    fields: dict[str, Any], why: str
+) -> None:
+    ok, lines = judged([1, 1, 1], [1], **fields)
+    assert not ok
+    assert lines[1].startswith("  1 rank 2 (expected on n3) never connected to 127.0.0.1:20000: "
+                               + why), lines
+    assert lines[1].endswith("; not blamed on its node")
+    assert not any("nodes at fault" in line for line in lines), lines
+    # and a task that came only after the verdict, from the backlog, is not blamed either
+    env = step([1, 1, 1], 20000)[2]
+    late = stepcheck.Arrival(None, "127.0.0.1", {**facts(env), "via": "127.0.0.1"}, 9.0)
+    ok, lines = judged([1, 1, 1], [1], verdict=False, decision="abort", late=[late], **fields)
+    assert any("after its verdict" in line for line in lines), lines
+    assert not any("nodes at fault" in line for line in lines), lines
+
+
+def test_without_strangers_a_rank_that_never_came_blames_its_node() -> None:
+    ok, lines = judged([1, 1, 1], [1])
+    assert not ok
+    assert lines[1:] == ["  1 rank 2 (expected on n3) never connected to 127.0.0.1:20000",
+                         ("  nodes at fault: n3; run again without them: srun --exclude=n3 ... "
+                          "(in an allocation with other nodes), or sbatch --exclude=n3 ...")]
+
+
+def test_the_report_lists_at_most_twenty_problems_then_a_count() -> None:
+    ok, lines = judged([1] * 30, [])  # 29 nodes with a rank missing: one line each
+    assert not ok
+    problems = [line for line in lines[1:] if not line.startswith("  nodes at fault")]
+    assert len(problems) == 21 and problems[-1] == "  ... and 9 more", lines
