@@ -40,6 +40,8 @@ _TOKEN = re.compile(r"(?<![A-Za-z0-9])(?:" + "|".join(map(re.escape, base.TOKEN_
 _USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)([^\s/@'\"]*)@")
 _BARE_USERINFO = re.compile(r"(?<![\w.:/-])([^\s/@:'\"=,;]+):([^\s/@'\"]+)@(?=[\w\[])")
 _QUERY = re.compile(r"([?&;])([^=&;#\s'\"]*)=([^&;#\s'\"]*)")
+#: What every rule below needs in a text: without any, none applies (one scan).
+_TRIGGER = re.compile(r"[@?&;=:]|" + "|".join(map(re.escape, base.TOKEN_PREFIXES)))
 #: ``NAME=value`` or ``NAME: value`` whose NAME holds a word of ``base.CREDENTIAL_WORDS``.
 _ASSIGNMENT = re.compile(
     r"(?<![A-Za-z0-9_.-])([A-Za-z0-9_.-]*(?:" + "|".join(base.CREDENTIAL_WORDS)
@@ -70,11 +72,16 @@ def scrub_text(text: str, secrets: list[str] = []) -> str:  # noqa: B006 - never
     for value in secrets:
         if value in text:
             text = text.replace(value, REDACTED)
+    if _TRIGGER.search(text) is None:  # the common case: a host name, a number, a word
+        return text
     text = _USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
     text = _BARE_USERINFO.sub(f"{REDACTED}@", text)
     text = _QUERY.sub(_query, text)
     text = _ASSIGNMENT.sub(_assignment, text)
     return _TOKEN.sub(REDACTED, text)
+
+
+_PLAIN = frozenset((int, float, bool, type(None)))  # what holds no text
 
 
 class _Scrubber:
@@ -96,6 +103,8 @@ class _Scrubber:
         if isinstance(value, dict):
             return {self.text(str(k)): self.walk(v) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
+            if _PLAIN.issuperset(map(type, value)):  # a layout's million numbers: C speed
+                return list(value)
             return [self.walk(v) for v in value]
         return value
 
