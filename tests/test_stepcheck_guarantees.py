@@ -419,3 +419,27 @@ def test_the_report_lists_at_most_twenty_problems_then_a_count() -> None:
     assert not ok
     problems = [line for line in lines[1:] if not line.startswith("  nodes at fault")]
     assert len(problems) == 21 and problems[-1] == "  ... and 9 more", lines
+
+
+def test_a_task_back_after_the_decision_learns_it() -> None:
+    # rank 2's link breaks before the verdict: the step is not sound, decided at once; back
+    # within rank 0's linger with its nonce, it is told that decision, not left to guess
+    port = free_port()
+    envs = step([1, 1, 1], port)
+
+    def break_then_return() -> Any:
+        with connect(port) as s:
+            s.sendall(hello(facts(envs[2]), nonce="back"))
+        wait(1.5)
+        with connect(port) as again:
+            again.sendall(hello(facts(envs[2]), nonce="back"))
+            decision, _ = read_message(again)
+        return decision
+
+    results = check_step(envs, skip=(2,), extra=[break_then_return], delays=[0, 0.5, 0])
+    assert results[0][0] is False and results[1][0] is False
+    decision = results["extra0"]
+    assert decision is not None and decision["kind"] == "verdict" and decision["ok"] is False
+    assert decision["line"] == "slurmenv step check: rank 2: the step is not sound (" \
+        + decision["line"].split("(", 1)[1]
+    assert "rank 0's report on n1 says why" in decision["line"]

@@ -11,8 +11,8 @@ pieces of a text rather than to a whole value:
 
 - the value of every credential variable of the task (``base.is_credential``: ``*_TOKEN``,
   ``OMPI_MCA_orte_precondition_transports``...), wherever it appears;
-- a URL's ``user:password@`` and its credential query parameters (``?access_token=``);
-- ``NAME=value`` and ``NAME: value`` whose NAME is a credential's;
+- a URL's ``user:password@``;
+- ``NAME=value`` and ``NAME: value`` whose NAME is a credential's (``?access_token=...`` too);
 - a token of a well-known form (``base.TOKEN_PREFIXES``: ``ghp_``, ``AKIA``...) where a word
   or a piece of one (after ``-``, ``.``, ``{``...) starts, to the next separator.
 
@@ -39,10 +39,10 @@ _TOKEN = re.compile(r"(?<![A-Za-z0-9])(?:" + "|".join(map(re.escape, base.TOKEN_
                     + r")[^\s=:,;@/'\"]*")
 _USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)([^\s/@'\"]*)@")
 _BARE_USERINFO = re.compile(r"(?<![\w.:/-])([^\s/@:'\"=,;]+):([^\s/@'\"]+)@(?=[\w\[])")
-_QUERY = re.compile(r"([?&;])([^=&;#\s'\"]*)=([^&;#\s'\"]*)")
 #: What every rule below needs in a text: without any, none applies (one scan).
-_TRIGGER = re.compile(r"[@?&;=:]|" + "|".join(map(re.escape, base.TOKEN_PREFIXES)))
-#: ``NAME=value`` or ``NAME: value`` whose NAME holds a word of ``base.CREDENTIAL_WORDS``.
+_TRIGGER = re.compile(r"[@=:]|" + "|".join(map(re.escape, base.TOKEN_PREFIXES)))
+#: ``NAME=value`` or ``NAME: value`` whose NAME holds a word of ``base.CREDENTIAL_WORDS``
+#: (a URL's query parameter too: ``?access_token=...``).
 _ASSIGNMENT = re.compile(
     r"(?<![A-Za-z0-9_.-])([A-Za-z0-9_.-]*(?:" + "|".join(base.CREDENTIAL_WORDS)
     + r""")[A-Za-z0-9_.-]*)(['"]?\s*[=:]\s*)("[^"]*"|'[^']*'|[^\s,;'"]+)""", re.IGNORECASE)
@@ -62,11 +62,6 @@ def _assignment(match: re.Match[str]) -> str:
         else match.group(0)
 
 
-def _query(match: re.Match[str]) -> str:
-    return f"{match.group(1)}{match.group(2)}={REDACTED}" if base.is_credential(match.group(2)) \
-        else match.group(0)
-
-
 def scrub_text(text: str, secrets: list[str] = []) -> str:  # noqa: B006 - never mutated
     """``text`` with every secret of it (the module's rules) replaced by ``REDACTED``."""
     for value in secrets:
@@ -76,7 +71,6 @@ def scrub_text(text: str, secrets: list[str] = []) -> str:  # noqa: B006 - never
         return text
     text = _USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
     text = _BARE_USERINFO.sub(f"{REDACTED}@", text)
-    text = _QUERY.sub(_query, text)
     text = _ASSIGNMENT.sub(_assignment, text)
     return _TOKEN.sub(REDACTED, text)
 
