@@ -7,7 +7,7 @@ applied to a checkout in turn, the unit tests that concern it run, killed/total 
     python benchmarks/mutants.py --list             # the table, nothing run
     python benchmarks/mutants.py --root DIR --python DIR_VENV/bin/python   # another tree
 
-Not run by the suite (it takes about 20 minutes on 2 CPUs). Each mutant is one replacement of
+Not run by the suite (about 30 minutes on 2 busy CPUs). Each mutant is one replacement of
 a text that occurs exactly once in its file; where it does not (an older tree without that
 code), the mutant is "n/a" and not counted. The file is restored after each mutant, also on
 Ctrl-C or an error, and the run refuses to start when a file it mutates has uncommitted changes
