@@ -111,15 +111,15 @@ def test_a_silent_peer_is_dropped_when_its_place_is_needed() -> None:
     assert outcome.refused == ["127.0.0.1: said nothing valid within 0.3 s"]
 
 
-def test_rank0_keeps_at_most_world_size_connections() -> None:
+def test_rank0_keeps_at_most_a_place_per_task_and_its_spare_places() -> None:
     port = free_port()
     envs = step([1, 1, 1], port)
 
     def peer() -> Any:
-        # ten silent connections against a world of 3, then the two tasks: rank 0 holds 3
-        # at once (the others wait in the kernel's backlog), dropping a silent one past its
-        # handshake each time its place is needed, and every silent one by the verdict
-        held = [connect(port) for _ in range(10)]
+        # 25 silent connections against a world of 3, then the two tasks: rank 0 holds 3
+        # and SPARE_PLACES at once (the others wait in the kernel's backlog), dropping a
+        # silent one past its handshake each time its place is needed, and every one by the end
+        held = [connect(port) for _ in range(25)]
         verdicts = in_threads([task_job(envs[1], 10), task_job(envs[2], 10)])
         assert all(hangs_up(s) for s in held)
         for s in held:
@@ -128,8 +128,8 @@ def test_rank0_keeps_at_most_world_size_connections() -> None:
 
     ok, _, outcome, verdicts = rank0_with(envs, peer, timeout=20, handshake=0.3)
     assert ok and [v[0] for v in verdicts] == [True, True]
-    assert 1 <= outcome.refused_count <= 10  # the last may still be in the backlog at the end
-    assert outcome.most_kept <= 3
+    assert outcome.refused_count == 25  # each counted: expired, or silent at the end
+    assert outcome.most_kept <= 3 + server.SPARE_PLACES
 
 
 def test_a_hello_without_every_field_is_a_disagreement_not_agreement() -> None:
@@ -369,6 +369,9 @@ def test_the_open_file_limit_is_raised_or_named(soft: int, hard: int, sound: boo
     if not sound:
         assert "  rank 0 reached its open-file limit (40 descriptors, `ulimit -n`; the step " \
             "needs about 124) and held " in out, out
+        # the ranks left in the backlog are not their nodes' fault: no node is blamed
+        assert "so it may have waited in the kernel's backlog; not blamed on its node" in out
+        assert "nodes at fault" not in out, out
 
 
 SPIN = """import os, resource, socket, sys

@@ -6,10 +6,12 @@ A dump is a JSON file: ``environ``, the variables slurmenv reads (:data:`VARIABL
 (a ``slurmstepd`` ancestor); ``files`` (``binary_files``, base64), the content of the files the
 launchers read (:data:`FILE_VARIABLES`), which may be gone later; ``options``; ``resolution``,
 what slurmenv resolved there (or its error), which a replay must reproduce; ``probe`` (with
-``--probe``), the node facts ``slurmenv doctor`` looks at.
+``--probe``), the node facts ``slurmenv doctor`` looks at; ``redacted``, how many of its
+strings were redacted as credentials (``secrets.py``).
 
 Layout: ``allowlist.py`` (what a dump may hold of the environment), ``probe.py`` (the node
-facts), ``capture.py`` (writing one), ``replay.py`` (reading one back, checked, and comparing
+facts), ``capture.py`` (writing one), ``secrets.py`` (the one filter that keeps every secret
+out of the whole record, applied last), ``replay.py`` (reading one back, checked, and comparing
 its replay with the recording); the command line is ``commands/dump.py``.
 """
 

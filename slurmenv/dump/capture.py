@@ -18,6 +18,7 @@ from ..launchers import apinfo, base, evidence
 from ..resolution import Resolution
 from .allowlist import FILE_VARIABLES, select
 from .probe import cpus
+from .secrets import scrub
 
 #: A dump file says it is one, and of which format, under FORMAT_KEY (load refuses others).
 FORMAT = 1
@@ -214,7 +215,7 @@ def collect(environ: Mapping[str, str] | None = None, options: Mapping[str, Any]
         from .probe import probe as probe_node
 
         data["probe"] = probe_node(env, options=opts)
-    return data
+    return scrub(data, env)  # the one filter over the whole record (secrets.py)
 
 
 #: A dump is readable by its owner only: it holds the job's layout and names.

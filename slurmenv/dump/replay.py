@@ -41,6 +41,8 @@ class Dump(NamedTuple):
     binary_files: dict[str, str] = {}  # noqa: RUF012 - NamedTuple default, never mutated
     #: The files the recording task's variables named that the dump does not hold, and why.
     files_not_recorded: dict[str, str] = {}  # noqa: RUF012 - NamedTuple default, never mutated
+    #: How many strings of the record were redacted as credentials (secrets.scrub).
+    redacted: int = 0
 
     @contextmanager
     def environment(self) -> Iterator[dict[str, str]]:
@@ -260,6 +262,13 @@ def _text(data: dict[str, Any], key: str, path: str, default: str) -> str:
     return value
 
 
+def _count(data: dict[str, Any], key: str, path: str) -> int:
+    value = data.get(key, 0)
+    if not _is_int(value) or value < 0:
+        raise _bad(path, f"'{key}' is not a count")
+    return int(value)
+
+
 def _read(path: str) -> bytes:
     """The bytes of the dump ``path`` ('-': standard input), at most :data:`LOAD_LIMIT`."""
     from .. import readfile as files
@@ -340,6 +349,7 @@ def load(path: str) -> Dump:
         created=_text(data, "created", path, "?"),
         step_evidence=evidence or None,
         files_not_recorded=_strings(data, "files_not_recorded", path),
+        redacted=_count(data, "redacted", path),
     )
 
 
@@ -412,6 +422,9 @@ def replay_report(dump: Dump, replayed: dict[str, Any]) -> list[str]:
     if dump.asked_resolve_addr():
         lines.append("  (the DNS lookup of --resolve-addr is not replayed: MASTER_ADDR stays a name)")
     port_source = dump.recorded.get("summary", {}).get("sources", {}).get("MASTER_PORT", "")
+    if dump.redacted:
+        lines.append(f"  ({dump.redacted} value(s) were redacted as credentials when the dump "
+                     "was written: the replay reads REDACTED where the task read them)")
     lines.extend(f"  ({name}'s file is not in the dump: {why})"
                  for name, why in sorted(dump.files_not_recorded.items()))
     if str(port_source).startswith(FREE_PORT_SOURCE):

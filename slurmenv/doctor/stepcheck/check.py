@@ -11,7 +11,15 @@ from ... import options, resolve
 from ...errors import SlurmEnvError, parse_int
 from ...resolution import Resolution
 from .protocol import facts_of, one_line
-from .rank0 import HANDSHAKE_SECONDS, RESERVE_FDS, Outcome, Rank0, raise_fd_limit, restore_fd_limit
+from .rank0 import (
+    HANDSHAKE_SECONDS,
+    RESERVE_FDS,
+    SPARE_PLACES,
+    Outcome,
+    Rank0,
+    raise_fd_limit,
+    restore_fd_limit,
+)
 from .reporting import report, topology_note
 from .task import join
 
@@ -58,7 +66,7 @@ def serve(res: Resolution, own: Mapping[str, Any], timeout: float,
           environ: Mapping[str, str] | None = None,
           handshake: float = HANDSHAKE_SECONDS) -> tuple[bool, list[str], Outcome]:
     """Rank 0's whole check: gather, verdict, decision; (start?, report lines, outcome)."""
-    old = raise_fd_limit(res.world_size + RESERVE_FDS)
+    old = raise_fd_limit(res.world_size + SPARE_PLACES + RESERVE_FDS)
     rank0 = Rank0(own, timeout, handshake, str(own.get("launcher", "")).startswith("slurm"))
     try:
         if not rank0.open(res.master_port):

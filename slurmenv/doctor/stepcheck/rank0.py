@@ -37,6 +37,10 @@ ACK_SECONDS = 10.0  # every task acknowledges a sound verdict within this
 SETTLE_SECONDS = 0.1  # after the last acknowledgement: links that broke show before the go
 LINGER_SECONDS = 5.0  # rank 0 waits this long at most for every task to confirm the decision
 RESERVE_FDS = 64  # descriptors kept for everything but the tasks' connections
+#: Places for connections that have not said who they are, beyond one per task: that many
+#: silent or slow strangers (a port scanner, a health check, a leftover client) never keep a
+#: task of the step waiting in the kernel's backlog.
+SPARE_PLACES = 16
 
 
 class Arrival:
@@ -72,6 +76,9 @@ class Outcome:
         self.listen_error: str | None = None
         self.port = 0
         self.most_kept = 0  # the most connections held at once
+        #: The most connections that had not said who they were while rank 0 held all it
+        #: may (tasks may have waited behind them in the backlog): 0 when it never did.
+        self.crowded = 0
         self.fd_limit: int | None = None  # the open-file limit, when accept() met it
         self.verdict: bool | None = None  # phase 1: sound or not
         self.decision: str | None = None  # "go" or "abort"
@@ -147,6 +154,7 @@ class Rank0:
         self.listener: socket.socket | None = None
         self.accepting = False
         self.paused = False  # at the open-file limit: accept again once a descriptor is free
+        self.cap = max(self.world, 2) + SPARE_PLACES  # connections held at once, at most
         self.conns: dict[socket.socket, _Conn] = {}
         self.pending: dict[socket.socket, _Conn] = {}  # not yet said who they are, in order
         self.seen: set[int] = set()  # ranks 1..N-1 that said hello
@@ -182,13 +190,12 @@ class Rank0:
 
     def pump(self, until: float, done: Callable[[], bool]) -> None:
         """Serve events until ``done()`` or ``until`` (monotonic)."""
-        cap = max(self.world, 2)
         while not done():
             now = time.monotonic()
             if now >= until:
                 return
             if not self.paused:
-                self._accept(len(self.conns) < cap)
+                self._accept(len(self.conns) < self.cap)
             first = next(iter(self.pending.values()), None)  # accepted in order: the earliest
             wake = min(until, first.until) if first is not None and self._expiring() else until
             for key, _ in self.sel.select(max(0.0, wake - now)):
@@ -196,14 +203,16 @@ class Rank0:
                     self._on_listener()
                 else:
                     self._on_readable(key.data)
+            if len(self.conns) >= self.cap and self.pending:  # full, strangers among them
+                self.outcome.crowded = max(self.outcome.crowded, len(self.pending))
             self._expire(time.monotonic())
 
     def _expiring(self) -> bool:
         """Whether a connection silent past its handshake is dropped now: when its place is
-        needed (rank 0 holds as many as the step has tasks), or after the gathering. A task
-        of a loaded node may take seconds to write its hello once the kernel has accepted its
-        connection: it is not dropped while there is room."""
-        return self.phase != "gather" or len(self.conns) >= max(self.world, 2)
+        needed (rank 0 holds as many as the step has tasks and :data:`SPARE_PLACES`), or
+        after the gathering. A task of a loaded node may take seconds to write its hello once
+        the kernel has accepted its connection: it is not dropped while there is room."""
+        return self.phase != "gather" or len(self.conns) >= self.cap
 
     def _expire(self, now: float, force: bool = False) -> None:
         while self.pending and (force or self._expiring()):
@@ -214,7 +223,7 @@ class Rank0:
 
     def _on_listener(self) -> None:
         assert self.listener is not None
-        for _ in range(min(256, max(self.world, 2) - len(self.conns))):  # never over the cap
+        for _ in range(min(256, self.cap - len(self.conns))):  # never over the cap
             try:
                 sock, peer = self.listener.accept()
             except BlockingIOError:
@@ -368,7 +377,7 @@ class Rank0:
         if ack and self.phase != "gather":
             self._ack(arrival)
         if self.phase == "acks" and not ack:
-            self._send(conn, message("verdict", self.ident, ok=True,
+            self._send(conn, message("verdict", self.ident, ok=True, task=arrival.task,
                                      line=self.lines.get(rank, "")))
         elif self.phase == "decided":
             self._decide_one(arrival)
@@ -408,7 +417,7 @@ class Rank0:
             if conn is None:
                 continue
             if ok:
-                self._send(conn, message("verdict", self.ident, ok=True,
+                self._send(conn, message("verdict", self.ident, ok=True, task=arrival.task,
                                          line=self.lines.get(int(arrival.facts["rank"]), "")))
             else:
                 self._decide_one(arrival)
@@ -453,9 +462,10 @@ class Rank0:
             return
         line = self.final.get(int(arrival.facts["rank"]), "")
         if self.outcome.decision == "go" or self.outcome.verdict:  # go, or abort after a sound one
-            payload = message(str(self.outcome.decision), self.ident, line=line)
+            payload = message(str(self.outcome.decision), self.ident, line=line,
+                              task=arrival.task)
         else:
-            payload = message("verdict", self.ident, ok=False, line=line)
+            payload = message("verdict", self.ident, ok=False, line=line, task=arrival.task)
         if self._send(conn, payload):
             arrival.told = True
 
@@ -473,6 +483,8 @@ class Rank0:
 
     def close(self) -> None:
         self._stop_listening()
+        for conn in list(self.pending.values()):  # strangers still silent: counted, named
+            self._refuse(conn, "said nothing valid before the check ended")
         for conn in list(self.conns.values()):
             self._close(conn)
         self.sel.close()

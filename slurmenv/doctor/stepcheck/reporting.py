@@ -125,16 +125,32 @@ class _Report:
         by_node: dict[str | None, list[int]] = {}
         for rank in missing:
             by_node.setdefault(self.expected(rank), []).append(rank)
+        held = self.held_by()
         for node, ranks in by_node.items():
             self.bad.update(ranks)
-            if node:
+            if node and held is None:
                 self.nodes.add(node)
             on = f" (expected on {node})" if node else ""
             self.problems.append(f"{plural(len(ranks), 'rank')} {ranks_text(ranks)}{on} never "
-                                 f"connected to {self.where}")
+                                 f"connected to {self.where}" + (held or ""))
         for rank, claims in sorted(by_rank.items()):
             for arrival in claims:
                 self.one_arrival(rank, arrival, len(claims) == 1)
+
+    def held_by(self) -> str | None:
+        """Why a rank that never connected may not be its node's fault: rank 0 held all the
+        connections it may, some of them strangers that never said who they were (or it met
+        its open-file limit), so the rank may have waited behind them in the kernel's backlog.
+        None when rank 0 always had room: then a rank that never came did not connect."""
+        outcome = self.outcome
+        if outcome.crowded:
+            return (f": rank 0 was held by {plural(outcome.crowded, 'connection')} that did not "
+                    "say who they were (refused, below), so it may have waited behind them; "
+                    "not blamed on its node")
+        if outcome.fd_limit is not None:
+            return (": rank 0 met its open-file limit (below), so it may have waited in the "
+                    "kernel's backlog; not blamed on its node")
+        return None
 
     def one_arrival(self, rank: int, arrival: Arrival, alone: bool) -> None:
         facts = arrival.facts
@@ -187,8 +203,9 @@ class _Report:
     def after_verdict(self) -> None:
         outcome = self.outcome
         if outcome.late:
+            held = self.held_by() is not None  # late from the backlog: not their nodes' fault
             for arrival in outcome.late:
-                self.mark(int(arrival.facts["rank"]), arrival.facts.get("node"))
+                self.mark(int(arrival.facts["rank"]), None if held else arrival.facts.get("node"))
             who = [f"rank {a.facts['rank']} on {one_line(a.facts.get('node'))} "
                    f"({_from_text(a)}) at {a.seconds:.1f} s" for a in outcome.late[:5]]
             more = len(outcome.late) - len(who)

@@ -66,6 +66,8 @@ class Task:
         self.until = self.start + timeout  # to reach rank 0 at all
         self.reached: float | None = None
         self.who = f"rank {facts['rank']} on {one_line(facts.get('node'))}"
+        # rank 0 compares the step in a Slurm step only (mpirun in a batch script: another)
+        self.compares_step = str(facts.get("launcher", "")).startswith("slurm")
 
     def _connect(self) -> socket.socket | None:
         """A connection to rank 0 (its port first, then the others) before ``until``."""
@@ -132,16 +134,49 @@ class Task:
             reply, buffer = self._read(sock, buffer)
             got = reply.get("kind")
             line = one_line(str(reply.get("line", ""))[:2000]) or "?"
-            if got == "verdict" and reply.get("ok") is True and self.phase == "hello":
-                self.phase = "acked"
-                self.until = time.monotonic() + ACK_SECONDS + LINGER_SECONDS + 2.0
-                self._write(sock, encode(message("ack", self.ident, task=self.nonce)))
-            elif got == "go" and self.phase == "acked":
-                return True, line
-            elif got in ("verdict", "abort", "late", "other-step"):
+            if got == "verdict" and reply.get("ok") is True or got == "go":
+                # the only replies obeyed: each must be this task's own, in its turn
+                other = self._not_mine(reply)
+                if other is not None:
+                    return False, other
+                if got == "verdict" and self.phase == "hello":
+                    self.phase = "acked"
+                    self.until = time.monotonic() + ACK_SECONDS + LINGER_SECONDS + 2.0
+                    self._write(sock, encode(message("ack", self.ident, task=self.nonce)))
+                    continue
+                if got == "go" and self.phase == "acked":
+                    return True, line
+                return False, (f"{self.who}: rank 0 at {self.addr}:{self.port} sent a {got} "
+                               f"{'before any verdict' if got == 'go' else 'twice'}: it does "
+                               "not start")
+            if got in ("verdict", "abort", "late", "other-step"):
                 return False, line
-            else:
-                return False, self._held()
+            return False, self._held()
+
+    def _not_mine(self, reply: Mapping[str, Any]) -> str | None:
+        """Why a reply to be obeyed (a sound verdict, a go) is not this task's: its identity
+        differs from the task's own step in any field (job, step where slurmenv compares it,
+        world size, master address and port), or it names another session (the task's
+        nonce). None when it is this task's."""
+        ident = reply.get("id")
+        assert isinstance(ident, dict)  # _read checked it
+        fields = [k for k in ID_FIELDS if k != "step" or self.compares_step]
+        differ = [k for k in fields if ident.get(k) != self.ident.get(k)]
+        if reply.get("task") != self.nonce:
+            differ.append("task")
+        if not differ:
+            return None
+        if "job" in differ:
+            return (f"{self.addr}:{self.port} is held by rank 0 of job "
+                    f"{one_line(ident.get('job'))}, not this task's job "
+                    f"{one_line(self.ident['job'])}: two steps share it")
+        theirs = ", ".join(f"{k} {one_line(ident.get(k) if k != 'task' else reply.get(k))}"
+                           for k in differ)
+        return (f"{self.who}: {self.addr}:{self.port} answered with another step's identity "
+                f"({theirs}; this task has "
+                + ", ".join(f"{k} {one_line(self.ident.get(k) if k != 'task' else 'its own')}"
+                            for k in differ)
+                + "): it does not start")
 
     def _held(self) -> str:
         return (f"{self.addr}:{self.port} answers but not as a slurmenv step check: another "
@@ -161,12 +196,8 @@ class Task:
             except ProtocolError:
                 raise _Stop(self._held()) from None
             if reply is not None:
-                ident = reply.get("id")
-                if not isinstance(ident, dict) or ident.get("job") != self.ident["job"]:
-                    raise _Stop(self._held() if not isinstance(ident, dict) else (
-                        f"{self.addr}:{self.port} is held by rank 0 of job "
-                        f"{one_line(ident.get('job'))}, not this task's job "
-                        f"{one_line(self.ident['job'])}: two steps share it"))
+                if not isinstance(reply.get("id"), dict):
+                    raise _Stop(self._held())
                 return reply, rest
             left = self.until - time.monotonic()
             if left <= 0:
