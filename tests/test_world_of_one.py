@@ -359,3 +359,30 @@ def test_an_srun_task_needs_no_evidence() -> None:
     # allowed (pytest has no torchrun agent above it), resolves as before
     env = synth.step_env(HOSTS, [4, 4], 5)
     assert outcome(env, enclosure=worldguard.FIND) == (5, 8)
+
+
+def test_a_dump_of_a_worker_under_its_agent_replays_its_world(tmp_path: pathlib.Path) -> None:
+    """``dump`` records the agent the worker ran under (``enclosure``), so the replay, on a
+    machine where no such process is its ancestor, gives the recorded world; the same dump
+    without that record is refused there, as the task would have been."""
+    env = synth.clean_env(PYTHONPATH=str(ROOT), **synth.step_env(
+        HOSTS, [1, 1], 1, TORCHELASTIC_RUN_ID="abc", RANK="5", LOCAL_RANK="1", WORLD_SIZE="8",
+        LOCAL_WORLD_SIZE="4", GROUP_RANK="1", GROUP_WORLD_SIZE="2", MASTER_ADDR="n1",
+        MASTER_PORT="29500"))
+    path = tmp_path / "worker.json"
+    out = run_under("torchrun", tmp_path, [sys.executable, "-m", "slurmenv", "dump", "-o",
+                                           str(path)], env)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(path.read_text())
+    assert data["enclosure"].startswith("torchrun (pid "), data["enclosure"]
+    summary = data["resolution"]["summary"]
+    assert (summary["rank"], summary["world_size"]) == (5, 8)
+    from slurmenv.dump import replay
+
+    res = replay.load(str(path)).resolve()
+    assert (res.rank, res.world_size) == (5, 8)
+    del data["enclosure"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(SlurmEnvError) as info:
+        replay.load(str(path)).resolve()
+    assert info.value.variable == "SLURM_PROCID"

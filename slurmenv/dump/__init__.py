@@ -3,7 +3,8 @@
 
 A dump is a JSON file: ``environ``, the variables slurmenv reads (:data:`VARIABLES`, every
 ``SLURMENV_*``) and nothing else, credentials redacted; ``ephemeral_range``; ``step_evidence``
-(a ``slurmstepd`` ancestor); ``files`` (``binary_files``, base64), the content of the files the
+(a ``slurmstepd`` ancestor); ``enclosure`` (a launcher's agent among the ancestors, such as
+torchrun's, which the world guard asks for when torchrun's world is not the step's); ``files`` (``binary_files``, base64), the content of the files the
 launchers read (:data:`FILE_VARIABLES`), which may be gone later; ``options``; ``resolution``,
 what slurmenv resolved there (or its error), which a replay must reproduce; ``probe`` (with
 ``--probe``), the node facts ``slurmenv doctor`` looks at; ``redacted``, how many of its

@@ -203,12 +203,18 @@ def collect(environ: Mapping[str, str] | None = None, options: Mapping[str, Any]
     if skipped:
         data["files_not_recorded"] = skipped
     data["step_evidence"] = found = evidence.find()
+    # a launcher started inside another (torchrun's agent in an srun task) shows itself only in
+    # this machine's processes: record what the world guard would find, for the replay
+    from ..launchers import modules
+
+    agents = tuple(name for module in modules() for name in getattr(module, "AGENTS", ()))
+    data["enclosure"] = enclosed = evidence.agent_ancestor(agents)
     # The resolution recorded reads only the files recorded: an error quoting a file kept out
     # (its lines, its size) would copy it into the dump all the same.
     seen = {**env, **{name: unrecorded_path(name) for name in skipped}} if skipped else env
     try:
         data["resolution"] = record(resolve(seen, ephemeral_range=ephemeral, step_evidence=found,
-                                            **opts))
+                                            enclosure=enclosed, **opts))
     except SlurmEnvError as exc:
         data["resolution"] = error_dict(exc)
     if probe:

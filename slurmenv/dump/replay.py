@@ -38,6 +38,8 @@ class Dump(NamedTuple):
     version: str
     created: str
     step_evidence: str | None = None
+    #: The launcher agent the recording task ran under (evidence.agent_ancestor), if any.
+    enclosure: str | None = None
     binary_files: dict[str, str] = {}  # noqa: RUF012 - NamedTuple default, never mutated
     #: The files the recording task's variables named that the dump does not hold, and why.
     files_not_recorded: dict[str, str] = {}  # noqa: RUF012 - NamedTuple default, never mutated
@@ -72,7 +74,7 @@ class Dump(NamedTuple):
         """The recorded options, with the recorded task's CPU count (thread counts follow it,
         a fact of its node) and no rival launches (this machine's processes are not its)."""
         return {**self.options, "cpus": self.cpu_affinity, "rivals": (),
-                "step_evidence": self.step_evidence}
+                "step_evidence": self.step_evidence, "enclosure": self.enclosure}
 
     def resolve(self, **overrides: Any) -> Resolution:
         """Replay the resolution, ``overrides`` (not None) replacing the recorded options;
@@ -334,6 +336,9 @@ def load(path: str) -> Dump:
     evidence = data.get("step_evidence")
     if evidence is not None and not isinstance(evidence, str):
         raise _bad(path, "'step_evidence' is not text")
+    enclosure = data.get("enclosure")
+    if enclosure is not None and not isinstance(enclosure, str):
+        raise _bad(path, "'enclosure' is not text")
     return Dump(
         path=path,
         environ=_strings(data, "environ", path),
@@ -348,6 +353,7 @@ def load(path: str) -> Dump:
         version=_text(data, "slurmenv_version", path, "?"),
         created=_text(data, "created", path, "?"),
         step_evidence=evidence or None,
+        enclosure=enclosure or None,
         files_not_recorded=_strings(data, "files_not_recorded", path),
         redacted=_count(data, "redacted", path),
     )
