@@ -253,6 +253,9 @@ def test_not_a_socket_and_bad_timeouts_are_refused() -> None:
     finally:
         os.close(read)
         os.close(write)
+    for fd in (2**31, 10**19 - 1):  # past a C int: no fd of this process, never a traceback
+        with pytest.raises(SlurmEnvError, match="not an open socket"):
+            resolve(step(fd))
     for text in ("0", "-1", "x", "1e9", "nan"):
         with pytest.raises(SlurmEnvError) as err:
             pmi.timeout({"SLURMENV_PMI_TIMEOUT": text})

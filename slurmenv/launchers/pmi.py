@@ -236,7 +236,7 @@ def _exchange(environ: Mapping[str, str], nodeid: int, nnodes: int, ntasks: int,
 
     try:
         is_socket = stat.S_ISSOCK(os.fstat(fd).st_mode)
-    except OSError:
+    except (OSError, OverflowError):  # OverflowError: past a C int, no fd of this process
         is_socket = False
     if not is_socket:
         raise _refuse(f"fd {fd} is not an open socket in this process", fd_text,
