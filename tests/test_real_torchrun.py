@@ -30,7 +30,7 @@ FEATURES = {
         "test_a_failed_node_ends_the_step_with_kill_on_bad_exit",
     ]),
     "a torchrun worker in an srun task is torchrun's (its agent an ancestor); leftovers are "
-    "refused": ("debian+newest", [
+    "refused": ("every", [
         "test_workers_in_srun_tasks_resolve_torchruns_world",
         "test_leftover_torchrun_variables_in_a_step_are_refused",
     ]),
